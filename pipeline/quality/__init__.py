@@ -1,0 +1,1 @@
+"""Quality gates: Great Expectations suites over the source, the overlays and the pair files."""

@@ -1,0 +1,1 @@
+"""The EHR source: MIMIC-IV schema, loader and (later) synthetic generator."""
