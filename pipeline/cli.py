@@ -99,5 +99,65 @@ def validate_source_cmd(
         raise typer.Exit(1)
 
 
+templates_app = typer.Typer(help="Question templates.", no_args_is_help=True)
+app.add_typer(templates_app, name="templates")
+
+
+@templates_app.command("check")
+def templates_check(
+    root: Annotated[Path | None, typer.Option(help="templates folder (default: the project's)")] = None,
+) -> None:
+    """Lint every template (YAML schema, slots, Jinja, SQL against the schema, gold Python); exit 1 on problems."""
+    from pipeline.templates.lint import lint_all
+    from pipeline.templates.registry import DEFAULT_TEMPLATES
+
+    results = lint_all(root or DEFAULT_TEMPLATES)
+    for result in results:
+        for problem in result.problems:
+            out.print(f"[red]{result.path}[/]: {problem}", highlight=False)
+    bad = sum(not r.ok for r in results)
+    out.print(f"{len(results)} template(s) checked, {bad} with problems")
+    if bad or not results:
+        raise typer.Exit(1)
+
+
+@app.command()
+def tasks(
+    db: Annotated[Path, typer.Option(help="source DuckDB file")],
+    out_file: Annotated[Path, typer.Option("--out", help="JSONL file of clean tasks to write")],
+    per_template: Annotated[int, typer.Option(help="tasks wanted per template")] = 5,
+    seed: Annotated[int, typer.Option(help="sampling seed")] = 0,
+    templates_root: Annotated[Path | None, typer.Option("--templates", help="templates folder")] = None,
+) -> None:
+    """Instantiate clean tasks: gold SQL and gold Python must agree; every drop is counted by reason."""
+    import duckdb
+
+    from pipeline.templates.instantiate import instantiate, write_tasks
+    from pipeline.templates.registry import DEFAULT_TEMPLATES, load_templates
+    from pipeline.templates.spec import TemplateError
+
+    try:
+        templates = load_templates(templates_root or DEFAULT_TEMPLATES)
+    except TemplateError as exc:
+        fail(f"{exc} (run `ehrgym templates check` for every problem)")
+    if not db.is_file():
+        fail(f"{db}: no such database file")
+    con = duckdb.connect(str(db), read_only=True)
+    with Progress(TextColumn("{task.description:<36}"), BarColumn(), TimeElapsedColumn(), console=console) as bar:
+        job = bar.add_task("instantiating", total=len(templates))
+        found, report = instantiate(
+            con, templates, per_template, seed, on_template=lambda t, n: bar.update(job, advance=1, description=t.id)
+        )
+    write_tasks(found, report, out_file)
+    summary = RichTable(title=f"{len(found)} clean tasks -> {out_file}")
+    for column in ("template", "kept", "dropped (reason: count)"):
+        summary.add_column(column)
+    for template in templates:
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(report.dropped.get(template.id, {}).items()))
+        summary.add_row(template.id, str(report.kept[template.id]), reasons)
+    out.print(summary)
+    out.print(f"SQL/Python agreement: {report.agreed}/{report.compared} = {report.agreement_rate:.1%}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

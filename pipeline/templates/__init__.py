@@ -1,0 +1,1 @@
+"""Question templates: the format, the registry, rendering, gold programs, instantiation and lint."""

@@ -1,0 +1,84 @@
+"""Turn a gold program's result frame into a typed answer, and compare two answers deterministically."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.templates.spec import Answer, AnswerType
+
+
+class AnswerShapeError(ValueError):
+    """The frame does not have the shape the answer type needs (the reason is a drop reason)."""
+
+
+class AnswerValue(BaseModel):
+    """A typed answer: value (None = the record does not support one), unit and the associated records."""
+
+    model_config = ConfigDict(extra="forbid")
+    value: Any
+    unit: str | None = None
+    records: dict[str, Any] = {}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _scalar(value: Any, answer_type: AnswerType) -> Any:
+    value = _plain(value)
+    if value is None:
+        return None
+    if answer_type is AnswerType.number:
+        return float(value)
+    if answer_type is AnswerType.count:
+        return int(value)
+    if answer_type is AnswerType.boolean:
+        return bool(value)
+    return str(value)
+
+
+def canonical_answer(frame: pl.DataFrame, spec: Answer) -> AnswerValue:
+    """Scalar types take exactly one row; lists take every row (sorted unless ordered)."""
+    if "value" not in frame.columns:
+        raise AnswerShapeError(f"result has no 'value' column (columns: {frame.columns})")
+    missing = [c for c in spec.records if c not in frame.columns]
+    if missing:
+        raise AnswerShapeError(f"result lacks record column(s) {missing}")
+    if spec.type is AnswerType.list:
+        values = [_scalar(v, AnswerType.text if isinstance(v, str) else AnswerType.number) for v in frame["value"].to_list()]
+        values = [v for v in values if v is not None]
+        return AnswerValue(value=values if spec.ordered else sorted(values, key=repr), unit=spec.unit)
+    if frame.height == 0:
+        return AnswerValue(value=None, unit=spec.unit)
+    if frame.height > 1:
+        raise AnswerShapeError(f"expected one row for a {spec.type.value} answer, got {frame.height}")
+    row = frame.row(0, named=True)
+    unit = spec.unit if spec.unit is not None else _plain(row.get("unit"))
+    records = {c: _plain(row[c]) for c in spec.records}
+    return AnswerValue(value=_scalar(row["value"], spec.type), unit=unit, records=records)
+
+
+def answers_agree(a: AnswerValue, b: AnswerValue, spec: Answer) -> bool:
+    """Equal values (numbers within the tolerance), units and records."""
+    if a.unit != b.unit or a.records != b.records:
+        return False
+    if spec.type is AnswerType.number and a.value is not None and b.value is not None:
+        return abs(a.value - b.value) <= spec.tolerance
+    if spec.type is AnswerType.list and spec.ordered is False:
+        return sorted(a.value, key=repr) == sorted(b.value, key=repr)
+    return a.value == b.value
+
+
+def is_empty(answer: AnswerValue) -> bool:
+    return answer.value is None or answer.value == []

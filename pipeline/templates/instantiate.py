@@ -1,0 +1,183 @@
+"""Instantiate clean tasks: sample slots that exist, run gold SQL and gold Python, keep only agreeing answers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.atomic import atomic_output
+from pipeline.templates.answers import AnswerShapeError, AnswerValue, answers_agree, canonical_answer, is_empty
+from pipeline.templates.programs import Tables, load_python_program, run_sql
+from pipeline.templates.render import render, render_sql
+from pipeline.templates.spec import Template
+
+OVERSAMPLE = 4  # candidates tried per wanted task, so that drops can be made up
+
+
+class CleanTask(BaseModel):
+    """One instantiated clean task: question, slots, gold SQL, both answers and the evidence keys."""
+
+    model_config = ConfigDict(extra="forbid")
+    task_id: str
+    template_id: str
+    template_version: int
+    intent: str
+    scope: str
+    question: str
+    slots: dict[str, Any]
+    gold_sql: str
+    answer: AnswerValue
+    python_answer: AnswerValue
+    evidence: list[dict[str, Any]]
+
+
+class InstantiationReport(BaseModel):
+    """Kept tasks per template and every dropped candidate counted by template and reason."""
+
+    model_config = ConfigDict(extra="forbid")
+    kept: dict[str, int] = {}
+    dropped: dict[str, dict[str, int]] = {}
+    shortfall: dict[str, int] = {}  # tasks wanted but not found (too few valid candidates)
+    compared: int = 0  # candidates where both programs produced an answer
+    agreed: int = 0
+
+    @property
+    def agreement_rate(self) -> float:
+        return self.agreed / self.compared if self.compared else 1.0
+
+
+def _typed(value: Any, slot_type: str) -> Any:
+    if slot_type == "datetime" and isinstance(value, str):
+        return dt.datetime.fromisoformat(value)
+    if slot_type == "date" and isinstance(value, str):
+        return dt.date.fromisoformat(value)
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat() if isinstance(value, dt.date) else value
+
+
+def template_rng(template_id: str, seed: int) -> np.random.Generator:
+    """A generator that depends only on the seed and the template id (stable across runs and machines)."""
+    digest = int.from_bytes(hashlib.sha256(template_id.encode()).digest()[:8], "little")
+    return np.random.default_rng([seed, digest])
+
+
+def sample_slots(con: duckdb.DuckDBPyConnection, template: Template, count: int, rng: np.random.Generator) -> list[dict]:
+    """Up to `count` candidate slot rows drawn without replacement from the sampler's (sorted) result."""
+    names = list(template.spec.slots)
+    rows = con.sql(f"SELECT DISTINCT {', '.join(names)} FROM ({template.spec.sampler}) ORDER BY ALL").fetchall()
+    if not rows:
+        return []
+    picks = rng.choice(len(rows), size=min(count, len(rows)), replace=False)
+    return [dict(zip(names, rows[i], strict=True)) for i in picks]
+
+
+def task_id(template: Template, slots: dict[str, Any]) -> str:
+    payload = json.dumps({k: _jsonable(v) for k, v in slots.items()}, sort_keys=True, default=str)
+    return f"{template.id}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
+
+
+def _attempt(con, tables, template, gold_python, slots, report_drop) -> CleanTask | None:
+    spec = template.spec
+    try:
+        sql_answer = canonical_answer(run_sql(con, template.gold_sql, slots), spec.answer)
+    except (duckdb.Error, AnswerShapeError) as exc:
+        return report_drop(f"sql_error: {type(exc).__name__}")
+    try:
+        python_answer = canonical_answer(_collect(gold_python(tables, dict(slots))), spec.answer)
+    except Exception as exc:  # noqa: BLE001 - any failure of the program is a counted drop reason
+        return report_drop(f"python_error: {type(exc).__name__}")
+    if is_empty(sql_answer) and is_empty(python_answer):
+        return report_drop("empty_answer")
+    report_drop.compared()
+    if not answers_agree(sql_answer, python_answer, spec.answer):
+        return report_drop("sql_python_disagree")
+    report_drop.agreed()
+    evidence = con.sql(render_sql(template.evidence_sql, slots)).pl().to_dicts()
+    if not evidence:
+        return report_drop("no_evidence")
+    return CleanTask(
+        task_id=task_id(template, slots), template_id=template.id, template_version=spec.version,
+        intent=spec.intent, scope=spec.scope.value, question="", slots={k: _jsonable(v) for k, v in slots.items()},
+        gold_sql=render_sql(template.gold_sql, slots).strip(), answer=sql_answer, python_answer=python_answer,
+        evidence=[{k: _jsonable(v) for k, v in row.items()} for row in evidence],
+    )
+
+
+def _collect(frame):
+    return frame.collect() if hasattr(frame, "collect") else frame
+
+
+class _DropCounter:
+    """Counts drops for one template; also counts compared/agreed candidates."""
+
+    def __init__(self, report: InstantiationReport, template_id: str):
+        self.report, self.counts = report, report.dropped.setdefault(template_id, {})
+
+    def __call__(self, reason: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        return None
+
+    def compared(self) -> None:
+        self.report.compared += 1
+
+    def agreed(self) -> None:
+        self.report.agreed += 1
+
+
+def instantiate(
+    con: duckdb.DuckDBPyConnection,
+    templates: list[Template],
+    per_template: int,
+    seed: int,
+    on_template: Callable[[Template, int], None] | None = None,
+) -> tuple[list[CleanTask], InstantiationReport]:
+    """Up to `per_template` agreeing tasks per template; everything dropped is counted by reason."""
+    tables, report, tasks = Tables(con), InstantiationReport(), []
+    for template in templates:
+        rng = template_rng(template.id, seed)
+        gold_python, drop = load_python_program(template), _DropCounter(report, template.id)
+        kept = []
+        for raw in sample_slots(con, template, per_template * OVERSAMPLE, rng):
+            if len(kept) == per_template:
+                break
+            slots = {k: _typed(v, template.spec.slots[k].type) for k, v in raw.items()}
+            task = _attempt(con, tables, template, gold_python, slots, drop)
+            if task is not None:
+                phrasing = int(rng.integers(len(template.spec.questions)))
+                task.question = render(template.spec.questions[phrasing], task.slots).strip()
+                kept.append(task)
+        if len(kept) < per_template:
+            report.shortfall[template.id] = per_template - len(kept)
+        report.kept[template.id] = len(kept)
+        tasks.extend(kept)
+        if on_template:
+            on_template(template, len(kept))
+    return tasks, report
+
+
+def write_tasks(tasks: list[CleanTask], report: InstantiationReport, path: Path) -> None:
+    """Tasks as JSONL and the report as `<path>.report.json`, each written atomically."""
+    with atomic_output(Path(path), overwrite=True) as tmp:
+        tmp.write_text("".join(task.model_dump_json() + "\n" for task in tasks))
+    report_path = Path(path).with_name(Path(path).name + ".report.json")
+    with atomic_output(report_path, overwrite=True) as tmp:
+        tmp.write_text(report.model_dump_json(indent=1) + "\n")
+
+
+def drop_totals(report: InstantiationReport) -> Counter:
+    totals: Counter = Counter()
+    for reasons in report.dropped.values():
+        totals.update(reasons)
+    return totals

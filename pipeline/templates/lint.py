@@ -1,0 +1,123 @@
+"""Lint every template and report all problems by file: one broken template never hides the others."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import jinja2
+import jinja2.meta
+import sqlglot
+from sqlglot import expressions as exp
+from sqlglot.errors import ParseError
+from sqlglot.optimizer.qualify import qualify
+
+from pipeline.source.schema import load_schema
+from pipeline.templates.programs import load_python_program
+from pipeline.templates.registry import DEFAULT_TEMPLATES, template_files
+from pipeline.templates.render import environment, render, render_sql
+from pipeline.templates.spec import NOISE_SUBTYPES, Template, TemplateError, read_template
+
+_SAMPLE_VALUES = {"integer": 1, "number": 1.5, "text": "x", "datetime": dt.datetime(2150, 1, 1), "date": dt.date(2150, 1, 1)}
+
+
+@dataclass
+class LintResult:
+    """Problems found in one template file (empty when it is clean)."""
+
+    path: Path
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@cache
+def _sqlglot_schema() -> dict[str, dict[str, str]]:
+    return {t.name: {c.name: c.duckdb_type for c in t.columns} for t in load_schema().values()}
+
+
+def sql_problems(sql: str, what: str) -> list[str]:
+    """Parse with sqlglot (DuckDB dialect); the query may name only tables and columns of the 31-table schema."""
+    try:
+        tree = sqlglot.parse_one(sql, dialect="duckdb")
+    except ParseError as exc:
+        return [f"{what}: does not parse: {str(exc).splitlines()[0]}"]
+    if not isinstance(tree, exp.Query):
+        return [f"{what}: is not a query (got {type(tree).__name__})"]
+    ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    unknown = sorted({t.name for t in tree.find_all(exp.Table)} - set(_sqlglot_schema()) - ctes)
+    if unknown:
+        return [f"{what}: unknown table(s) {unknown}"]
+    try:
+        qualify(tree, schema=_sqlglot_schema(), dialect="duckdb", validate_qualify_columns=True)
+    except Exception as exc:  # noqa: BLE001 - sqlglot raises several error types for unresolved names
+        return [f"{what}: {str(exc).splitlines()[0]}"]
+    return []
+
+
+def _variables(text: str) -> set[str]:
+    return jinja2.meta.find_undeclared_variables(environment().parse(text))
+
+
+def slot_problems(template: Template) -> list[str]:
+    """Every slot is defined and used: each phrasing and the gold SQL mention all slots, nothing undefined."""
+    spec, defined, problems = template.spec, set(template.spec.slots), []
+    for i, question in enumerate(spec.questions):
+        used = _variables(question)
+        if used - defined:
+            problems.append(f"questions[{i}]: undefined slot(s) {sorted(used - defined)}")
+        if defined - used:
+            problems.append(f"questions[{i}]: does not mention slot(s) {sorted(defined - used)}")
+    for what, text in (("gold SQL", template.gold_sql), ("evidence SQL", template.evidence_sql)):
+        used = _variables(text)
+        if used - defined:
+            problems.append(f"{what}: undefined slot(s) {sorted(used - defined)}")
+    if defined - _variables(template.gold_sql):
+        problems.append(f"gold SQL: does not use slot(s) {sorted(defined - _variables(template.gold_sql))}")
+    unknown_noise = sorted(set(spec.noise) - set(NOISE_SUBTYPES))
+    if unknown_noise:
+        problems.append(f"noise: unknown sub-type(s) {unknown_noise}; expected some of {list(NOISE_SUBTYPES)}")
+    return problems
+
+
+def render_problems(template: Template) -> list[str]:
+    """Render everything with sample slot values, then check the rendered SQL against the schema."""
+    slots = {name: _SAMPLE_VALUES[slot.type] for name, slot in template.spec.slots.items()}
+    problems = sql_problems(template.spec.sampler, "sampler")
+    try:
+        for question in template.spec.questions:
+            render(question, slots)
+        problems += sql_problems(render_sql(template.gold_sql, slots), "gold SQL")
+        problems += sql_problems(render_sql(template.evidence_sql, slots), "evidence SQL")
+    except jinja2.TemplateError as exc:
+        problems.append(f"Jinja2 does not render: {exc}")
+    try:
+        load_python_program(template)
+    except Exception as exc:  # noqa: BLE001 - a syntax or import error of the template's own file
+        problems.append(f"gold Python: {type(exc).__name__}: {exc}")
+    return problems
+
+
+def lint_file(path: Path) -> LintResult:
+    result = LintResult(Path(path))
+    try:
+        template = read_template(path)
+    except TemplateError as exc:
+        result.problems.append(str(exc).removeprefix(f"{path}: "))
+        return result
+    result.problems += slot_problems(template) + render_problems(template)
+    return result
+
+
+def lint_all(root: Path = DEFAULT_TEMPLATES) -> list[LintResult]:
+    """Lint every template file; ids used twice are reported on each file that uses them."""
+    results = [lint_file(path) for path in template_files(root)]
+    stems = [r.path.stem for r in results]
+    for result in results:
+        if stems.count(result.path.stem) > 1:
+            result.problems.append(f"duplicate template id {result.path.stem!r}")
+    return results

@@ -1,0 +1,38 @@
+"""Render question texts and SQL with Jinja2; slot values enter SQL only as typed literals."""
+
+from __future__ import annotations
+
+import datetime as dt
+from functools import cache
+
+import jinja2
+
+
+def sql_literal(value: object) -> str:
+    """A value as a DuckDB literal (strings quoted and escaped; no raw text reaches the SQL)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, dt.datetime):
+        return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
+    if isinstance(value, dt.date):
+        return f"DATE '{value.isoformat()}'"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+@cache
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
+
+
+def render(text: str, slots: dict[str, object]) -> str:
+    """Render a Jinja2 text with the slots; an undefined slot raises jinja2.UndefinedError."""
+    return environment().from_string(text).render(**slots)
+
+
+def render_sql(text: str, slots: dict[str, object]) -> str:
+    """Render SQL: every slot is available only as its SQL literal (`{{ subject_id }}` is already quoted)."""
+    return render(text, {name: sql_literal(value) for name, value in slots.items()})

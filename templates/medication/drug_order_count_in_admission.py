@@ -1,0 +1,14 @@
+"""Gold Python: distinct prescription orders (pharmacy_id) of a drug in one admission."""
+
+import polars as pl
+
+
+def gold(tables, slots):
+    orders = tables["prescriptions"].filter(
+        (pl.col("subject_id") == slots["subject_id"])
+        & (pl.col("hadm_id") == slots["hadm_id"])
+        & (pl.col("drug") == slots["drug"])
+    ).collect()
+    if orders.height == 0:
+        return pl.DataFrame({"value": []}, schema={"value": pl.Int64})
+    return pl.DataFrame({"value": [orders["pharmacy_id"].n_unique()]})
