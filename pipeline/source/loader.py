@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 
 from pipeline.atomic import atomic_output
+from pipeline.db import scalar
 from pipeline.source.schema import Table, load_schema
 
 EXTENSIONS = (".csv.gz", ".csv")
@@ -172,7 +173,7 @@ def load_table(con: duckdb.DuckDBPyConnection, table: Table, path: Path) -> int:
         )
     except duckdb.Error as exc:
         raise LoadError(_describe_duckdb_error(path, table, exc)) from exc
-    return con.execute(f"SELECT count(*) FROM {table.name}").fetchone()[0]
+    return scalar(con, f"SELECT count(*) FROM {table.name}")
 
 
 def load_mimic(

@@ -48,8 +48,10 @@ def _scalar(value: Any, answer_type: AnswerType) -> Any:
     return str(value)
 
 
-def canonical_answer(frame: pl.DataFrame, spec: Answer) -> AnswerValue:
+def canonical_answer(frame: pl.DataFrame | pl.LazyFrame, spec: Answer) -> AnswerValue:
     """Scalar types take exactly one row; lists take every row (sorted unless ordered)."""
+    if isinstance(frame, pl.LazyFrame):
+        frame = frame.collect()
     if "value" not in frame.columns:
         raise AnswerShapeError(f"result has no 'value' column (columns: {frame.columns})")
     missing = [c for c in spec.records if c not in frame.columns]

@@ -33,6 +33,7 @@ class CleanTask(BaseModel):
     intent: str
     scope: str
     question: str
+    phrasing: int = 0  # index of the question phrasing used (the noisy twin reuses it)
     slots: dict[str, Any]
     gold_sql: str
     answer: AnswerValue
@@ -61,6 +62,11 @@ def _typed(value: Any, slot_type: str) -> Any:
     if slot_type == "date" and isinstance(value, str):
         return dt.date.fromisoformat(value)
     return value
+
+
+def typed_slots(template: Template, slots: dict[str, Any]) -> dict[str, Any]:
+    """JSON slot values back to their slot types (datetimes and dates from ISO text)."""
+    return {name: _typed(value, template.spec.slots[name].type) for name, value in slots.items()}
 
 
 def _jsonable(value: Any) -> Any:
@@ -95,7 +101,7 @@ def _attempt(con, tables, template, gold_python, slots, report_drop) -> CleanTas
     except (duckdb.Error, AnswerShapeError) as exc:
         return report_drop(f"sql_error: {type(exc).__name__}")
     try:
-        python_answer = canonical_answer(_collect(gold_python(tables, dict(slots))), spec.answer)
+        python_answer = canonical_answer(gold_python(tables, dict(slots)), spec.answer)
     except Exception as exc:  # noqa: BLE001 - any failure of the program is a counted drop reason
         return report_drop(f"python_error: {type(exc).__name__}")
     if is_empty(sql_answer) and is_empty(python_answer):
@@ -113,10 +119,6 @@ def _attempt(con, tables, template, gold_python, slots, report_drop) -> CleanTas
         gold_sql=render_sql(template.gold_sql, slots).strip(), answer=sql_answer, python_answer=python_answer,
         evidence=[{k: _jsonable(v) for k, v in row.items()} for row in evidence],
     )
-
-
-def _collect(frame):
-    return frame.collect() if hasattr(frame, "collect") else frame
 
 
 class _DropCounter:
@@ -152,10 +154,11 @@ def instantiate(
         for raw in sample_slots(con, template, per_template * OVERSAMPLE, rng):
             if len(kept) == per_template:
                 break
-            slots = {k: _typed(v, template.spec.slots[k].type) for k, v in raw.items()}
+            slots = typed_slots(template, raw)
             task = _attempt(con, tables, template, gold_python, slots, drop)
             if task is not None:
                 phrasing = int(rng.integers(len(template.spec.questions)))
+                task.phrasing = phrasing
                 task.question = render(template.spec.questions[phrasing], task.slots).strip()
                 kept.append(task)
         if len(kept) < per_template:

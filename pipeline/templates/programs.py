@@ -22,6 +22,12 @@ class Tables:
         self._con = con
         self._frames: dict[str, pl.DataFrame] = {}
 
+    def replaced(self, frames: dict[str, pl.DataFrame]) -> Tables:
+        """The same tables with some frames replaced (a noisy overlay built in polars); the rest are shared."""
+        view = Tables(self._con)
+        view._frames = {**self._frames, **frames}
+        return view
+
     def __getitem__(self, name: str) -> pl.LazyFrame:
         if name not in self._frames:
             self._frames[name] = self._con.sql(f"SELECT * FROM {_identifier(name)}").pl()

@@ -1,0 +1,78 @@
+"""The noise sub-type interface and its registry: one class per sub-type, found by name, never by if/elif."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import duckdb
+import numpy as np
+
+from pipeline.noise.patch import Patch
+from pipeline.templates.answers import AnswerValue
+from pipeline.templates.instantiate import CleanTask
+from pipeline.templates.spec import Template
+
+LEVELS = ("record", "value", "query")
+
+
+class Rejected(Exception):
+    """A sub-type cannot make a valid noisy twin of this task; `reason` is counted."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class NoisyTwin:
+    """What a sub-type proposes: the patch, the contract's expected answer and how to check it.
+
+    `reference_sql(slots)` renders the noisy reference SQL; `reference_python(tables, slots)` computes the
+    same answer in polars. Both run on the overlay and must return `expected` (None = abstain).
+    `inspect` names the evidence an agent must have looked at: a table filtered on the entity.
+    """
+
+    patch: Patch
+    contract: str  # "abstain" | "repair"
+    expected: AnswerValue
+    reference_sql: str
+    reference_python: Any
+    inspect: dict[str, Any]
+
+
+class NoiseSubtype(ABC):
+    """One noise sub-type. Subclasses set name/level/version and implement `applies` and `make`."""
+
+    name: ClassVar[str]
+    level: ClassVar[str]
+    version: ClassVar[int] = 1
+
+    def applies(self, template: Template) -> bool:
+        """The template lists the sub-type (templates declare which noise makes sense for them)."""
+        return self.name in template.spec.noise
+
+    @abstractmethod
+    def make(self, con: duckdb.DuckDBPyConnection, task: CleanTask, template: Template, rng: np.random.Generator) -> NoisyTwin:
+        """Build the noisy twin of a clean task on the source `con`, or raise Rejected(reason)."""
+
+
+REGISTRY: dict[str, NoiseSubtype] = {}
+
+
+def register(cls: type[NoiseSubtype]) -> type[NoiseSubtype]:
+    """Class decorator: add a sub-type to the registry under its name."""
+    if cls.level not in LEVELS:
+        raise ValueError(f"{cls.__name__}: level must be one of {LEVELS}")
+    if cls.name in REGISTRY:
+        raise ValueError(f"noise sub-type {cls.name!r} registered twice")
+    REGISTRY[cls.name] = cls()
+    return cls
+
+
+def subtypes() -> dict[str, NoiseSubtype]:
+    """Every registered sub-type by name (importing the package registers them)."""
+    import pipeline.noise.subtypes  # noqa: F401 - registers on import
+
+    return dict(REGISTRY)

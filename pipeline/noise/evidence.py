@@ -1,0 +1,42 @@
+"""The rows a clean task rests on: its evidence keys, and every candidate row of the question's filter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import sqlglot
+
+from pipeline.noise.base import Rejected
+from pipeline.templates.instantiate import CleanTask, typed_slots
+from pipeline.templates.render import render_sql
+from pipeline.templates.spec import Template
+
+
+def evidence_table(task: CleanTask) -> tuple[str, list[str], list[dict[str, Any]]]:
+    """(table, key columns, key rows) of the task's evidence; all evidence must sit in one table."""
+    tables = {row["table_name"] for row in task.evidence}
+    if len(tables) != 1:
+        raise Rejected("evidence_spans_tables")
+    keys = [c for c in task.evidence[0] if c != "table_name"]
+    return tables.pop(), keys, [{c: row[c] for c in keys} for row in task.evidence]
+
+
+def candidate_keys(con: duckdb.DuckDBPyConnection, task: CleanTask, template: Template) -> list[dict[str, Any]]:
+    """Evidence query without ORDER BY / LIMIT: every row the question's filter admits, not just the answer's."""
+    tree = sqlglot.parse_one(render_sql(template.evidence_sql, typed_slots(template, task.slots)), dialect="duckdb")
+    tree.set("limit", None)
+    tree.set("order", None)
+    rows = con.sql(tree.sql(dialect="duckdb")).pl().to_dicts()
+    return [{c: v for c, v in row.items() if c != "table_name"} for row in rows]
+
+
+def rows_by_key(con: duckdb.DuckDBPyConnection, table: str, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Full source rows for the given key rows (in key order)."""
+    if not keys:
+        return []
+    columns = list(keys[0])
+    values = ", ".join("(" + ", ".join("?" for _ in columns) + ")" for _ in keys)
+    params = [row[c] for row in keys for c in columns]
+    sql = f"SELECT t.* FROM {table} t WHERE ({', '.join('t.' + c for c in columns)}) IN ({values}) ORDER BY ALL"
+    return con.sql(sql, params=params).pl().to_dicts()

@@ -1,0 +1,60 @@
+"""Noisy reference programs for abstain contracts: the gold program, guarded by a rule on the evidence rows.
+
+The guard looks at the task's evidence rows (by key) in the overlay and abstains when the sub-type's rule
+fires; otherwise the gold answer stands. SQL and polars each implement the rule, so the two reference
+programs check each other on every pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import polars as pl
+
+from pipeline.templates.render import sql_literal
+from pipeline.templates.spec import Template
+
+AbstainRule = Callable[[pl.DataFrame], bool]
+
+
+def _key_match_sql(keys: list[dict[str, Any]]) -> str:
+    columns = list(keys[0])
+    tuples = ", ".join("(" + ", ".join(sql_literal(row[c]) for c in columns) + ")" for row in keys)
+    return f"({', '.join(columns)}) IN ({tuples})"
+
+
+def keys_frame(keys: list[dict[str, Any]], schema: pl.Schema) -> pl.LazyFrame:
+    """Key rows (datetimes as ISO text, as tasks store them) typed like the table's columns."""
+    frame = pl.DataFrame(keys)
+    columns = []
+    for name in frame.columns:
+        target, column = schema[name], pl.col(name)
+        if frame.schema[name] == pl.String and target == pl.Date:
+            column = column.str.to_date()
+        elif frame.schema[name] == pl.String and isinstance(target, pl.Datetime):
+            column = column.str.to_datetime(time_unit=target.time_unit)
+        columns.append(column.cast(target))
+    return frame.lazy().select(columns)
+
+
+def guarded_sql(gold_sql: str, table: str, keys: list[dict[str, Any]], abstain_sql: str) -> str:
+    """`abstain_sql` is a boolean SQL expression over the CTE `evidence` (the keyed rows of `table`)."""
+    return (
+        f"WITH evidence AS (SELECT * FROM {table} WHERE {_key_match_sql(keys)})\n"
+        f"SELECT g.* FROM (\n{gold_sql.strip()}\n) g\nWHERE NOT ({abstain_sql})"
+    )
+
+
+def guarded_python(template: Template, gold, table: str, keys: list[dict[str, Any]], abstain: AbstainRule):
+    """A `reference(tables, slots)` that returns no answer when `abstain(evidence rows)` is true."""
+    records, on = template.spec.answer.records, list(keys[0])
+
+    def reference(tables, slots):
+        frame = tables[table]
+        evidence = frame.join(keys_frame(keys, frame.collect_schema()), on=on, how="semi").collect()
+        if abstain(evidence):
+            return pl.DataFrame({c: [] for c in ["value", *records]})
+        return gold(tables, slots)
+
+    return reference

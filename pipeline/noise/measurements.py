@@ -1,0 +1,26 @@
+"""Facts about measurement tables (value, unit, time columns) read from `measurements.yaml`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import yaml
+
+
+@dataclass(frozen=True)
+class MeasurementTable:
+    name: str
+    key: tuple[str, ...]
+    number: str
+    text: str | None
+    unit: str
+    time: str
+    item: str
+
+
+@cache
+def measurement_tables() -> dict[str, MeasurementTable]:
+    raw = yaml.safe_load(resources.files("pipeline.noise").joinpath("measurements.yaml").read_text())
+    return {name: MeasurementTable(name=name, **{**spec, "key": tuple(spec["key"])}) for name, spec in raw.items()}

@@ -1,0 +1,112 @@
+"""Copy-on-write overlays: a patch becomes temp views over the read-only source, one per touched table.
+
+A view named like the table (`labevents`) shadows the source table for unqualified names: the source rows
+minus the hidden keys, plus the added rows. Untouched tables are the source's own. No table is copied; the
+cost is O(patch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+import polars as pl
+from pipeline.db import scalar
+from pipeline.noise.patch import Patch, TablePatch
+from pipeline.source.schema import load_schema
+
+
+def open_source(db_path: Path) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to the source database; overlays are created on it as temp objects."""
+    return duckdb.connect(str(db_path), read_only=True)
+
+
+def source_catalog(con: duckdb.DuckDBPyConnection) -> str:
+    return scalar(con, "SELECT current_database()")
+
+
+def _create_table_overlay(con: duckdb.DuckDBPyConnection, catalog: str, table: str, patch: TablePatch) -> None:
+    spec = load_schema()[table]
+    source = f'"{catalog}".main.{table}'
+    keys = patch.key_columns
+    hide_name, add_name = f"__hide_{table}", f"__add_{table}"
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {hide_name} AS SELECT {', '.join(keys)} FROM {source} LIMIT 0")
+    if patch.hide:
+        con.executemany(
+            f"INSERT INTO {hide_name} VALUES ({', '.join('?' for _ in keys)})",
+            [[key[c] for c in keys] for key in patch.hide],
+        )
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {add_name} AS SELECT * FROM {source} LIMIT 0")
+    if patch.add:
+        columns = list(spec.column_names)
+        con.executemany(
+            f"INSERT INTO {add_name} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+            [[row.get(c) for c in columns] for row in patch.add],
+        )
+    on = " AND ".join(f"t.{c} IS NOT DISTINCT FROM h.{c}" for c in keys)
+    con.execute(
+        f"CREATE OR REPLACE TEMP VIEW {table} AS "
+        f"SELECT t.* FROM {source} t ANTI JOIN temp.main.{hide_name} h ON {on} "
+        f"UNION ALL SELECT * FROM temp.main.{add_name}"
+    )
+
+
+def drop_overlay(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
+    for table in tables:
+        con.execute(f"DROP VIEW IF EXISTS temp.main.{table}")
+        con.execute(f"DROP TABLE IF EXISTS temp.main.__hide_{table}")
+        con.execute(f"DROP TABLE IF EXISTS temp.main.__add_{table}")
+
+
+@contextmanager
+def overlay(con: duckdb.DuckDBPyConnection, patch: Patch) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Apply the patch as temp views on `con` for the duration of the block, then remove them."""
+    catalog, touched = source_catalog(con), patch.touched_tables
+    try:
+        for table in touched:
+            _create_table_overlay(con, catalog, table, patch.tables[table])
+        yield con
+    finally:
+        drop_overlay(con, touched)
+
+
+def overlay_diff(con: duckdb.DuckDBPyConnection, table: str, patch: TablePatch) -> tuple[int, int]:
+    """(source rows missing from the overlay, overlay rows missing from the source) for a table.
+
+    Rows outside the patch's keys are the source's by construction of the view; the row counts prove it
+    (overlay = source - hidden + added), so the multiset difference is computed on the keyed rows only.
+    """
+    source = f'"{source_catalog(con)}".main.{table}'
+    keys = [*patch.hide, *({c: row[c] for c in patch.key_columns} for row in patch.add)]
+    columns = patch.key_columns
+    tuples = ", ".join("(" + ", ".join("?" for _ in columns) + ")" for _ in keys)
+    params = [key[c] for key in keys for c in columns]
+    where = f"({', '.join(columns)}) IN ({tuples})"
+    keyed_source, keyed_overlay = f"SELECT * FROM {source} WHERE {where}", f"SELECT * FROM {table} WHERE {where}"
+    removed = scalar(con, f"SELECT count(*) FROM ({keyed_source} EXCEPT ALL {keyed_overlay})", params + params)
+    added = scalar(con, f"SELECT count(*) FROM ({keyed_overlay} EXCEPT ALL {keyed_source})", params + params)
+    total_source, total_overlay = scalar(con, f"SELECT count(*) FROM {source}"), scalar(con, f"SELECT count(*) FROM {table}")
+    if total_overlay - total_source != added - removed:
+        raise AssertionError(f"overlay of {table} changed rows outside its patch")
+    return removed, added
+
+
+def polars_overlay(tables, patch: Patch):
+    """The same patch applied in polars to the cached clean frames: an independent second overlay for the
+    Python reference programs (hidden keys anti-joined away, added rows appended)."""
+    from pipeline.noise.guards import keys_frame
+
+    frames = {}
+    for table in patch.touched_tables:
+        clean = tables[table].collect()
+        table_patch = patch.tables[table]
+        if table_patch.hide:
+            hidden = keys_frame(table_patch.hide, clean.schema).collect()
+            clean = clean.join(hidden, on=table_patch.key_columns, how="anti", nulls_equal=True)
+        if table_patch.add:
+            added = pl.DataFrame(table_patch.add, schema=clean.schema, orient="row", strict=False)
+            clean = pl.concat([clean, added])
+        frames[table] = clean
+    return tables.replaced(frames)

@@ -1,0 +1,35 @@
+"""missing_record (record level): every row the question could rest on is hidden; the answer is unsupported."""
+
+from __future__ import annotations
+
+from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
+from pipeline.noise.evidence import candidate_keys, evidence_table
+from pipeline.noise.guards import guarded_python, guarded_sql
+from pipeline.noise.patch import Patch, TablePatch
+from pipeline.templates.answers import AnswerValue
+from pipeline.templates.programs import load_python_program
+
+MAX_HIDDEN = 5_000  # a population question over more rows than this is not a missing-record item
+
+
+@register
+class MissingRecord(NoiseSubtype):
+    name = "missing_record"
+    level = "record"
+
+    def make(self, con, task, template, rng):
+        table, _, _ = evidence_table(task)
+        hidden = candidate_keys(con, task, template)
+        if not hidden or len(hidden) > MAX_HIDDEN:
+            raise Rejected("too_many_candidate_rows" if hidden else "no_candidate_rows")
+        key_columns = list(hidden[0])
+        patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hidden)})
+        gold = load_python_program(template)
+        return NoisyTwin(
+            patch=patch,
+            contract="abstain",
+            expected=AnswerValue(value=None, unit=task.answer.unit if template.spec.answer.unit else None),
+            reference_sql=guarded_sql(task.gold_sql, table, hidden, "(SELECT count(*) FROM evidence) = 0"),
+            reference_python=guarded_python(template, gold, table, hidden, lambda rows: rows.height == 0),
+            inspect={"table": table, "filter": task.slots},
+        )

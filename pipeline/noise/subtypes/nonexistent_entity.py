@@ -1,0 +1,44 @@
+"""nonexistent_entity (query level): the question names a patient, admission or stay the record lacks."""
+
+from __future__ import annotations
+
+from pipeline.db import first_row, scalar
+from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
+from pipeline.noise.patch import Patch
+from pipeline.templates.answers import AnswerValue
+from pipeline.templates.instantiate import typed_slots
+from pipeline.templates.programs import load_python_program
+from pipeline.templates.render import render_sql
+
+# entity slot -> (table, column) where its identifiers live; the most specific present slot is replaced
+ENTITY_SLOTS = {"stay_id": ("icustays", "stay_id"), "hadm_id": ("admissions", "hadm_id"), "subject_id": ("patients", "subject_id")}
+
+
+@register
+class NonexistentEntity(NoiseSubtype):
+    name = "nonexistent_entity"
+    level = "query"
+
+    def applies(self, template):
+        return super().applies(template) and any(slot in template.spec.slots for slot in ENTITY_SLOTS)
+
+    def make(self, con, task, template, rng):
+        slot = next(s for s in ENTITY_SLOTS if s in task.slots)
+        table, column = ENTITY_SLOTS[slot]
+        low, high = first_row(con, f"SELECT min({column}), max({column}) FROM {table}")
+        # an identifier shaped like the real ones (same number of digits) that no table holds
+        for _ in range(20):
+            candidate = int(rng.integers(low, high + 1))
+            if not scalar(con, f"SELECT count(*) FROM {table} WHERE {column} = ?", [candidate]):
+                break
+        else:
+            raise Rejected("no_free_identifier")
+        slots = {**task.slots, slot: candidate}
+        return NoisyTwin(
+            patch=Patch(slots={slot: candidate}),
+            contract="abstain",
+            expected=AnswerValue(value=None),
+            reference_sql=render_sql(template.gold_sql, typed_slots(template, slots)).strip(),
+            reference_python=load_python_program(template),
+            inspect={"table": table, "filter": {column: candidate}},
+        )

@@ -1,0 +1,119 @@
+"""Verify a noisy twin by execution: keep a pair only when its outputs diverge exactly as the contract says."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import duckdb
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.db import scalar
+from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected
+from pipeline.noise.overlay import overlay, overlay_diff, polars_overlay
+from pipeline.noise.patch import Patch
+from pipeline.templates.answers import AnswerShapeError, AnswerValue, answers_agree, canonical_answer, is_empty
+from pipeline.templates.instantiate import CleanTask, typed_slots
+from pipeline.templates.programs import Tables, load_python_program, run_sql
+from pipeline.templates.render import render, render_sql
+from pipeline.templates.spec import Template
+
+# Words that would tell the agent what the noise is; a noisy question may not add any of them.
+REVEALING = re.compile(r"\b(missing|null|empty|duplicat\w*|conflict\w*|implausible|impossible|invalid|error|placeholder|wrong unit|nonexist\w*)\b", re.I)
+
+
+class NoisePair(BaseModel):
+    """A verified Clean-Noise pair: the clean task, its noisy twin and what a careful and a naive reader say."""
+
+    model_config = ConfigDict(extra="forbid")
+    pair_id: str
+    subtype: str
+    subtype_version: int
+    level: str
+    contract: str
+    clean: CleanTask
+    noisy_question: str
+    noisy_slots: dict[str, Any]
+    patch: Patch
+    expected: AnswerValue
+    reference_sql: str
+    naive_answer: AnswerValue | None
+    trap: bool  # the naive reading answers, and wrongly
+    inspect: dict[str, Any]
+
+
+def _answer(frame_fn, template: Template, reason: str) -> AnswerValue:
+    try:
+        return canonical_answer(frame_fn(), template.spec.answer)
+    except (duckdb.Error, AnswerShapeError) as exc:
+        raise Rejected(f"{reason}: {type(exc).__name__}") from exc
+
+
+def _same(a: AnswerValue, b: AnswerValue, template: Template) -> bool:
+    if is_empty(a) or is_empty(b):
+        return is_empty(a) and is_empty(b)
+    return answers_agree(a, b, template.spec.answer)
+
+
+def _check_references(con, tables: Tables, twin: NoisyTwin, template: Template, slots: dict, expected: AnswerValue, where: str) -> None:
+    sql_answer = _answer(lambda: con.sql(twin.reference_sql).pl(), template, f"reference_sql_error_{where}")
+    if not _same(sql_answer, expected, template):
+        raise Rejected(f"reference_sql_differs_{where}")
+    python_answer = _answer(lambda: twin.reference_python(tables, dict(slots)), template, f"reference_python_error_{where}")
+    if not _same(python_answer, expected, template):
+        raise Rejected(f"reference_python_differs_{where}")
+
+
+def _check_diff(con, patch: Patch, matched: dict[str, int]) -> None:
+    for table in patch.touched_tables:
+        removed, added = overlay_diff(con, table, patch.tables[table])
+        if (removed, added) != (matched[table], len(patch.tables[table].add)):
+            raise Rejected("overlay_differs_beyond_patch")
+        if removed == 0 and added == 0:
+            raise Rejected("patch_changes_nothing")
+
+
+def _matched_rows(con, patch: Patch) -> dict[str, int]:
+    """Source rows each table patch hides (before the overlay exists)."""
+    counts = {}
+    for table in patch.touched_tables:
+        keys = patch.tables[table].hide
+        if not keys:
+            counts[table] = 0
+            continue
+        columns = list(keys[0])
+        tuples = ", ".join("(" + ", ".join("?" for _ in columns) + ")" for _ in keys)
+        counts[table] = scalar(
+            con, f"SELECT count(*) FROM {table} WHERE ({', '.join(columns)}) IN ({tuples})", [k[c] for k in keys for c in columns]
+        )
+    return counts
+
+
+def verify_pair(con: duckdb.DuckDBPyConnection, tables: Tables, task: CleanTask, template: Template, subtype: NoiseSubtype, seed: int) -> NoisePair:
+    """Build and verify one pair on the source `con`; raise Rejected(reason) when any check fails."""
+    rng = np.random.default_rng([seed, int(hashlib.sha256(f"{task.task_id}/{subtype.name}".encode()).hexdigest()[:12], 16)])
+    twin = subtype.make(con, task, template, rng)
+    slots = typed_slots(template, {**task.slots, **twin.patch.slots})
+    if twin.patch.tables:  # the guarded reference must give the clean answer on the clean data
+        _check_references(con, tables, twin, template, slots, task.answer, "on_clean")
+    matched = _matched_rows(con, twin.patch)
+    with overlay(con, twin.patch):
+        noisy_tables = polars_overlay(tables, twin.patch)
+        _check_references(con, noisy_tables, twin, template, slots, twin.expected, "on_noisy")
+        _check_diff(con, twin.patch, matched)
+        try:
+            naive = canonical_answer(run_sql(con, template.gold_sql, slots), template.spec.answer)
+        except (duckdb.Error, AnswerShapeError):
+            naive = None
+    question = render(template.spec.questions[task.phrasing], {**task.slots, **twin.patch.slots}).strip()
+    if len(REVEALING.findall(question)) > len(REVEALING.findall(task.question)):
+        raise Rejected("question_reveals_noise")
+    trap = naive is not None and not is_empty(naive) and not _same(naive, twin.expected, template)
+    return NoisePair(
+        pair_id=f"{task.task_id}-{subtype.name}", subtype=subtype.name, subtype_version=subtype.version,
+        level=subtype.level, contract=twin.contract, clean=task, noisy_question=question,
+        noisy_slots={**task.slots, **twin.patch.slots}, patch=twin.patch, expected=twin.expected,
+        reference_sql=twin.reference_sql, naive_answer=naive, trap=trap, inspect=twin.inspect,
+    )

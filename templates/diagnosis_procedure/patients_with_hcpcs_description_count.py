@@ -1,0 +1,8 @@
+"""Gold Python: number of distinct patients with an HCPCS event of the given short description."""
+
+import polars as pl
+
+
+def gold(tables, slots):
+    events = tables["hcpcsevents"].filter(pl.col("short_description") == slots["hcpcs_description"]).collect()
+    return pl.DataFrame({"value": [len(set(events["subject_id"].drop_nulls().to_list()))]})

@@ -1,0 +1,15 @@
+"""Gold Python: earliest eMAR 'Administered' event of a medication in one admission (ties broken by emar_id)."""
+
+import polars as pl
+
+
+def gold(tables, slots):
+    given = tables["emar"].filter(
+        (pl.col("subject_id") == slots["subject_id"])
+        & (pl.col("hadm_id") == slots["hadm_id"])
+        & (pl.col("medication") == slots["medication"])
+        & (pl.col("event_txt") == "Administered")
+        & pl.col("charttime").is_not_null()
+    )
+    first = given.sort(["charttime", "emar_id"]).head(1)
+    return first.select(pl.col("charttime").alias("value"), "emar_id")

@@ -1,0 +1,17 @@
+"""Gold Python: mean plain-numeric dose of a drug over its prescriptions in one dose unit."""
+
+import polars as pl
+
+NUMERIC = r"^[0-9]+(\.[0-9]+)?$"
+
+
+def gold(tables, slots):
+    rx = tables["prescriptions"].filter(
+        (pl.col("drug") == slots["drug"])
+        & (pl.col("dose_unit_rx") == slots["dose_unit"])
+        & pl.col("dose_val_rx").fill_null("").str.contains(NUMERIC)
+    ).collect()
+    if rx.height == 0:
+        return pl.DataFrame({"value": [], "unit": []}, schema={"value": pl.Float64, "unit": pl.String})
+    mean = rx["dose_val_rx"].cast(pl.Float64).mean()
+    return pl.DataFrame({"value": [round(mean, 2)], "unit": [slots["dose_unit"]]})

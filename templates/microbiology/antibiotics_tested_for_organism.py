@@ -1,0 +1,10 @@
+"""Gold Python: distinct antibiotics tested against an organism."""
+
+import polars as pl
+
+
+def gold(tables, slots):
+    tests = tables["microbiologyevents"].filter(
+        (pl.col("org_name") == slots["organism"]) & pl.col("ab_name").is_not_null()
+    )
+    return tests.select(pl.col("ab_name").alias("value")).unique().sort("value")

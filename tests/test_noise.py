@@ -1,0 +1,110 @@
+"""Noise sub-types, overlays and pair verification, on real demo rows; the conformance suite runs per sub-type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from pipeline.db import scalar
+from pipeline.noise.base import REGISTRY, Rejected, subtypes
+from pipeline.noise.overlay import open_source, overlay
+from pipeline.noise.patch import Patch, TablePatch
+from pipeline.noise.verify import verify_pair
+from pipeline.templates.instantiate import instantiate
+from pipeline.templates.programs import Tables
+from pipeline.templates.registry import load_templates
+
+SUBTYPES = subtypes()
+TEMPLATES = {t.id: t for t in load_templates()}
+
+
+@pytest.fixture(scope="module")
+def source(demo_db: Path):
+    con = open_source(demo_db)
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def demo_pairs(source):
+    """Every registered sub-type tried on 3 demo tasks of every template that lists it."""
+    tasks, _ = instantiate(source, list(TEMPLATES.values()), per_template=3, seed=11)
+    tables, pairs, rejected = Tables(source), {}, {}
+    for task in tasks:
+        template = TEMPLATES[task.template_id]
+        for name, subtype in SUBTYPES.items():
+            if subtype.applies(template):
+                try:
+                    pairs.setdefault(name, []).append(verify_pair(source, tables, task, template, subtype, seed=0))
+                except Rejected as exc:
+                    rejected.setdefault(name, []).append(exc.reason)
+    return pairs, rejected
+
+
+def test_registry_spans_the_three_levels():
+    assert {s.level for s in SUBTYPES.values()} == {"record", "value", "query"}
+    assert all(REGISTRY[name].name == name for name in SUBTYPES)
+
+
+@pytest.mark.parametrize("name", sorted(SUBTYPES))
+def test_subtype_contract_holds_on_real_demo_rows(demo_pairs, source, name: str):
+    pairs, rejected = demo_pairs
+    assert pairs.get(name), f"{name}: no verified pair on the demo; rejections: {rejected.get(name)}"
+    for pair in pairs[name]:
+        assert pair.contract == "abstain" and pair.expected.value is None
+        assert pair.clean.answer.value is not None  # the clean twin is answerable
+        with overlay(source, pair.patch):
+            assert source.sql(pair.reference_sql).fetchall() == []  # the careful reading finds no support
+        if pair.patch.tables:
+            assert pair.noisy_question == pair.clean.question  # data noise never shows in the question
+
+
+def test_nonexistent_entity_names_an_identifier_no_table_holds(demo_pairs, source):
+    for pair in demo_pairs[0]["nonexistent_entity"]:
+        (slot, value), = pair.patch.slots.items()
+        table = {"subject_id": "patients", "hadm_id": "admissions", "stay_id": "icustays"}[slot]
+        assert scalar(source, f"SELECT count(*) FROM {table} WHERE {slot} = ?", [value]) == 0
+        assert str(value) in pair.noisy_question and pair.noisy_question != pair.clean.question
+
+
+def test_null_value_leaves_a_trap_for_some_pairs(demo_pairs):
+    # the naive reading of a nulled latest value falls back to an earlier one: a plausible wrong answer
+    assert any(pair.trap for pair in demo_pairs[0]["null_value"])
+
+
+def test_pairs_are_deterministic(source):
+    task = instantiate(source, [TEMPLATES["lab_last_value_in_admission"]], per_template=1, seed=3)[0][0]
+    template, tables = TEMPLATES[task.template_id], Tables(source)
+    first = verify_pair(source, tables, task, template, SUBTYPES["nonexistent_entity"], seed=5).model_dump_json()
+    again = verify_pair(source, tables, task, template, SUBTYPES["nonexistent_entity"], seed=5).model_dump_json()
+    assert first == again
+
+
+def test_overlay_costs_the_patch_not_the_table(source):
+    row = source.sql("SELECT * FROM labevents ORDER BY labevent_id LIMIT 1").pl().to_dicts()[0]
+    patch = Patch(tables={"labevents": TablePatch(key_columns=["labevent_id"], hide=[{"labevent_id": row["labevent_id"]}],
+                                                  add=[{**row, "valuenum": -1.0}])})
+    before = scalar(source, "SELECT count(*) FROM labevents")
+    with overlay(source, patch):
+        temp_rows = scalar(source, "SELECT sum(estimated_size) FROM duckdb_tables() WHERE temporary")
+        assert temp_rows == 2  # one hidden key and one added row: nothing of the table is copied
+        views = {r[0] for r in source.execute("SELECT view_name FROM duckdb_views() WHERE temporary AND NOT internal").fetchall()}
+        assert views == {"labevents"}  # untouched tables stay the source's
+        assert scalar(source, "SELECT count(*) FROM labevents") == before
+        assert scalar(source, "SELECT valuenum FROM labevents WHERE labevent_id = ?", [row["labevent_id"]]) == -1.0
+    assert scalar(source, "SELECT valuenum FROM labevents WHERE labevent_id = ?", [row["labevent_id"]]) == row["valuenum"]
+
+
+def test_source_is_never_written(demo_db: Path, source):
+    with pytest.raises(duckdb.Error):
+        source.execute("DELETE FROM main.patients")
+
+
+def test_null_value_rejects_evidence_that_is_already_null(source):
+    task = instantiate(source, [TEMPLATES["lab_last_value_in_admission"]], per_template=1, seed=3)[0][0]
+    broken = task.model_copy(update={"evidence": [{"table_name": "labevents", "labevent_id": scalar(
+        source, "SELECT min(labevent_id) FROM labevents WHERE valuenum IS NULL")}]})
+    with pytest.raises(Rejected, match="evidence_not_clean"):
+        SUBTYPES["null_value"].make(source, broken, TEMPLATES[task.template_id], None)
