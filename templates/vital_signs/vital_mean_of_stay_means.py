@@ -1,0 +1,20 @@
+"""Gold Python: mean over ICU stays of each stay's mean value of a charted item (by label), rounded to 2 decimals."""
+
+import polars as pl
+
+
+def gold(tables, slots):
+    items = tables["d_items"].filter(
+        (pl.col("label") == slots["item_label"]) & (pl.col("linksto") == "chartevents")
+    ).select("itemid")
+    per_stay = (
+        tables["chartevents"]
+        .filter(pl.col("valuenum").is_not_null() & pl.col("stay_id").is_not_null())
+        .join(items, on="itemid")
+        .group_by("stay_id")
+        .agg(pl.col("valuenum").mean().alias("stay_mean"), pl.col("valueuom").min().alias("unit"))
+        .collect()
+    )
+    if per_stay.height == 0:
+        return pl.DataFrame(schema={"value": pl.Float64, "unit": pl.String})
+    return pl.DataFrame({"value": [round(per_stay["stay_mean"].mean(), 2)], "unit": [per_stay["unit"].min()]})
