@@ -52,6 +52,8 @@ def canonical_answer(frame: pl.DataFrame | pl.LazyFrame, spec: Answer) -> Answer
     """Scalar types take exactly one row; lists take every row (sorted unless ordered)."""
     if isinstance(frame, pl.LazyFrame):
         frame = frame.collect()
+    if frame.height == 0 and spec.type is not AnswerType.list:
+        return AnswerValue(value=None, unit=spec.unit)  # no row, no answer: the columns do not matter
     if "value" not in frame.columns:
         raise AnswerShapeError(f"result has no 'value' column (columns: {frame.columns})")
     missing = [c for c in spec.records if c not in frame.columns]
@@ -61,8 +63,6 @@ def canonical_answer(frame: pl.DataFrame | pl.LazyFrame, spec: Answer) -> Answer
         values = [_scalar(v, AnswerType.text if isinstance(v, str) else AnswerType.number) for v in frame["value"].to_list()]
         values = [v for v in values if v is not None]
         return AnswerValue(value=values if spec.ordered else sorted(values, key=repr), unit=spec.unit)
-    if frame.height == 0:
-        return AnswerValue(value=None, unit=spec.unit)
     if frame.height > 1:
         raise AnswerShapeError(f"expected one row for a {spec.type.value} answer, got {frame.height}")
     row = frame.row(0, named=True)
