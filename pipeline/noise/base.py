@@ -36,7 +36,7 @@ class NoisyTwin:
 
     patch: Patch
     contract: str  # "abstain" | "repair"
-    expected: AnswerValue
+    expected: AnswerValue | None  # None for "repair": the reference programs compute it on the overlay
     reference_sql: str
     reference_python: Any
     inspect: dict[str, Any]

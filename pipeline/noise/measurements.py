@@ -24,3 +24,17 @@ class MeasurementTable:
 def measurement_tables() -> dict[str, MeasurementTable]:
     raw = yaml.safe_load(resources.files("pipeline.noise").joinpath("measurements.yaml").read_text())
     return {name: MeasurementTable(name=name, **{**spec, "key": tuple(spec["key"])}) for name, spec in raw.items()}
+
+
+@dataclass(frozen=True)
+class PlausibleRange:
+    label: str
+    low: float
+    high: float
+
+
+@cache
+def plausible_ranges() -> dict[str, dict[int, PlausibleRange]]:
+    """{table: {itemid: range}} from `plausibility.yaml`."""
+    raw = yaml.safe_load(resources.files("pipeline.noise").joinpath("plausibility.yaml").read_text())
+    return {table: {int(item): PlausibleRange(**spec) for item, spec in items.items()} for table, items in raw.items()}

@@ -57,13 +57,19 @@ def _same(a: AnswerValue, b: AnswerValue, template: Template) -> bool:
     return answers_agree(a, b, template.spec.answer)
 
 
-def _check_references(con, tables: Tables, twin: NoisyTwin, template: Template, slots: dict, expected: AnswerValue, where: str) -> None:
+def _check_references(con, tables: Tables, twin: NoisyTwin, template: Template, slots: dict, expected: AnswerValue | None, where: str) -> AnswerValue:
+    """Both reference programs must give `expected`; with None (a repair) they must agree on an answer."""
     sql_answer = _answer(lambda: con.sql(twin.reference_sql).pl(), template, f"reference_sql_error_{where}")
+    if expected is None:
+        if is_empty(sql_answer):
+            raise Rejected("repair_has_no_answer")
+        expected = sql_answer
     if not _same(sql_answer, expected, template):
         raise Rejected(f"reference_sql_differs_{where}")
     python_answer = _answer(lambda: twin.reference_python(tables, dict(slots)), template, f"reference_python_error_{where}")
     if not _same(python_answer, expected, template):
         raise Rejected(f"reference_python_differs_{where}")
+    return expected
 
 
 def _check_diff(con, patch: Patch, matched: dict[str, int]) -> None:
@@ -101,7 +107,7 @@ def verify_pair(con: duckdb.DuckDBPyConnection, tables: Tables, task: CleanTask,
     matched = _matched_rows(con, twin.patch)
     with overlay(con, twin.patch):
         noisy_tables = polars_overlay(tables, twin.patch)
-        _check_references(con, noisy_tables, twin, template, slots, twin.expected, "on_noisy")
+        expected = _check_references(con, noisy_tables, twin, template, slots, twin.expected, "on_noisy")
         _check_diff(con, twin.patch, matched)
         try:
             naive = canonical_answer(run_sql(con, template.gold_sql, slots), template.spec.answer)
@@ -110,10 +116,12 @@ def verify_pair(con: duckdb.DuckDBPyConnection, tables: Tables, task: CleanTask,
     question = render(template.spec.questions[task.phrasing], {**task.slots, **twin.patch.slots}).strip()
     if len(REVEALING.findall(question)) > len(REVEALING.findall(task.question)):
         raise Rejected("question_reveals_noise")
-    trap = naive is not None and not is_empty(naive) and not _same(naive, twin.expected, template)
+    if twin.contract == "repair" and naive is not None and _same(naive, expected, template):
+        raise Rejected("no_divergence")  # the noise did not change what a naive reading answers
+    trap = naive is not None and not is_empty(naive) and not _same(naive, expected, template)
     return NoisePair(
         pair_id=f"{task.task_id}-{subtype.name}", subtype=subtype.name, subtype_version=subtype.version,
         level=subtype.level, contract=twin.contract, clean=task, noisy_question=question,
-        noisy_slots={**task.slots, **twin.patch.slots}, patch=twin.patch, expected=twin.expected,
+        noisy_slots={**task.slots, **twin.patch.slots}, patch=twin.patch, expected=expected,
         reference_sql=twin.reference_sql, naive_answer=naive, trap=trap, inspect=twin.inspect,
     )

@@ -78,6 +78,12 @@ def slot_problems(template: Template) -> list[str]:
             problems.append(f"{what}: undefined slot(s) {sorted(used - defined)}")
     if defined - _variables(template.gold_sql):
         problems.append(f"gold SQL: does not use slot(s) {sorted(defined - _variables(template.gold_sql))}")
+    schema = load_schema()
+    for name, slot in spec.slots.items():
+        if slot.vocabulary:
+            table, _, column = slot.vocabulary.partition(".")
+            if table not in schema or column not in schema[table].column_names:
+                problems.append(f"slots.{name}.vocabulary: {slot.vocabulary!r} is not a column of the schema")
     unknown_noise = sorted(set(spec.noise) - set(NOISE_SUBTYPES))
     if unknown_noise:
         problems.append(f"noise: unknown sub-type(s) {unknown_noise}; expected some of {list(NOISE_SUBTYPES)}")

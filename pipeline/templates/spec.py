@@ -41,6 +41,9 @@ class Slot(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: str = Field(pattern="^(integer|number|text|datetime|date)$")
     description: str = ""
+    # For a slot that names a clinical concept: the `table.column` holding the valid names (query-level
+    # noise swaps it for a name absent there, or present there but absent for the patient).
+    vocabulary: str | None = Field(default=None, pattern=r"^[a-z_]+\.[a-z_]+$")
 
 
 class Answer(BaseModel):

@@ -1,0 +1,73 @@
+"""implausible_value (value level): the value becomes physiologically impossible.
+
+Patient level: the measurement asked about is impossible, so the record does not support an answer (abstain).
+Population level: a few of the cohort's measurements become impossible; the answer is repaired by excluding
+the impossible records and answering over the valid ones.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
+from pipeline.noise.evidence import evidence_table, rows_by_key
+from pipeline.noise.exclusion import excluding_python, excluding_sql
+from pipeline.noise.guards import guarded_python, guarded_sql
+from pipeline.noise.measurements import MeasurementTable, PlausibleRange, measurement_tables, plausible_ranges
+from pipeline.noise.patch import Patch, TablePatch
+from pipeline.templates.answers import AnswerValue
+from pipeline.templates.programs import load_python_program
+
+MAX_ALTERED = 3  # population level: how many of the cohort's measurements become impossible
+
+
+def impossible_sql(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) -> str:
+    """True for a row whose number lies outside its item's possible range."""
+    return " OR ".join(
+        f"({facts.item} = {item} AND ({facts.number} < {r.low} OR {facts.number} > {r.high}))" for item, r in sorted(ranges.items())
+    )
+
+
+def impossible_expr(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) -> pl.Expr:
+    expr = pl.lit(False)
+    for item, r in sorted(ranges.items()):
+        number = pl.col(facts.number)
+        expr = expr | ((pl.col(facts.item) == item) & ((number < r.low) | (number > r.high)))
+    return expr
+
+
+@register
+class ImplausibleValue(NoiseSubtype):
+    name = "implausible_value"
+    level = "value"
+
+    def make(self, con, task, template, rng):
+        table, key_columns, keys = evidence_table(task)
+        facts, ranges = measurement_tables().get(table), plausible_ranges().get(table, {})
+        if facts is None:
+            raise Rejected("not_a_measurement_table")
+        rows = [r for r in rows_by_key(con, table, keys) if r[facts.number] is not None and r[facts.item] in ranges]
+        if not rows:
+            raise Rejected("no_plausibility_range")
+        patient = template.spec.scope.value == "patient"
+        if patient and len(rows) != len(keys):
+            raise Rejected("evidence_not_clean")
+        chosen = rows if patient else [rows[i] for i in sorted(rng.choice(len(rows), min(MAX_ALTERED, max(1, len(rows) // 2)), replace=False))]
+        altered = [self._impossible(row, facts, ranges[row[facts.item]], rng) for row in chosen]
+        hide = [{c: row[c] for c in key_columns} for row in chosen]
+        patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hide, add=altered)})
+        items = {row[facts.item]: ranges[row[facts.item]] for row in rows}
+        rule_sql, rule_expr, gold = impossible_sql(facts, items), impossible_expr(facts, items), load_python_program(template)
+        if patient:
+            return NoisyTwin(patch, "abstain", AnswerValue(value=None),
+                             guarded_sql(task.gold_sql, table, keys, f"EXISTS (SELECT 1 FROM evidence WHERE {rule_sql})"),
+                             guarded_python(template, gold, table, keys, lambda ev: ev.filter(rule_expr).height > 0),
+                             {"table": table, "filter": task.slots})
+        return NoisyTwin(patch, "repair", None, excluding_sql(task.gold_sql, table, rule_sql),
+                         excluding_python(gold, table, rule_expr), {"table": table, "filter": task.slots})
+
+    @staticmethod
+    def _impossible(row: dict, facts: MeasurementTable, bounds: PlausibleRange, rng) -> dict:
+        """The row with its number moved far outside the possible range (x3 to x10 the upper bound)."""
+        value = round(bounds.high * float(rng.choice([3, 5, 10])), 2)
+        return {**row, facts.number: value, **({facts.text: f"{value:g}"} if facts.text else {})}
