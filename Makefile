@@ -8,8 +8,10 @@ SHARED ?= ../shared/data
 DEMO   := $(SHARED)/mimic-iv-demo-2.2
 CHART  := $(SHARED)/chartevents-from-meds/chartevents.csv.gz
 DATA   := data
+PATIENTS ?= 1000
+SEED   ?= 0
 
-.PHONY: run test venv bench clean
+.PHONY: run demo test venv bench clean
 
 venv: $(STAMP)
 
@@ -19,23 +21,28 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# Until the pair pipeline exists: build the source database (the real MIMIC-IV demo when present,
-# otherwise the embedded synthetic default) and run the source quality gate on it.
+# The main job on the embedded default: a synthetic MIMIC-IV (no ../shared needed), its source gate,
+# and clean tasks from every template. (The noise/export issue makes it build a release.)
 run: venv
 	@mkdir -p $(DATA)
-	@if [ -d "$(DEMO)" ] && [ -f "$(CHART)" ]; then \
-	  [ -f $(DATA)/demo.duckdb ] || $(BIN)/ehrgym load $(DEMO) --db $(DATA)/demo.duckdb --table chartevents=$(CHART); \
-	  $(BIN)/ehrgym validate-source --db $(DATA)/demo.duckdb; \
-	else \
-	  [ -f $(DATA)/synthetic.duckdb ] || $(BIN)/ehrgym synth --patients 1000 --seed 0 --db $(DATA)/synthetic.duckdb; \
-	  $(BIN)/ehrgym validate-source --db $(DATA)/synthetic.duckdb; \
-	fi
+	@[ -f $(DATA)/synthetic.duckdb ] || $(BIN)/ehrgym synth --patients $(PATIENTS) --seed $(SEED) --db $(DATA)/synthetic.duckdb
+	$(BIN)/ehrgym validate-source --db $(DATA)/synthetic.duckdb --out $(DATA)/synthetic.source-gate.json
+	$(BIN)/ehrgym templates check
+	$(BIN)/ehrgym tasks --db $(DATA)/synthetic.duckdb --out $(DATA)/tasks.jsonl --per-template 5 --seed $(SEED)
+
+# The same on the real MIMIC-IV demo (needs ../shared/data).
+demo: venv
+	@mkdir -p $(DATA)
+	@[ -f $(DATA)/demo.duckdb ] || $(BIN)/ehrgym load $(DEMO) --db $(DATA)/demo.duckdb --table chartevents=$(CHART)
+	$(BIN)/ehrgym validate-source --db $(DATA)/demo.duckdb --out $(DATA)/demo.source-gate.json
+	$(BIN)/ehrgym tasks --db $(DATA)/demo.duckdb --out $(DATA)/demo-tasks.jsonl --per-template 5 --seed $(SEED)
 
 test: venv
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 bench: venv
 	$(BIN)/python benchmarks/bench_load.py
+	$(BIN)/python benchmarks/bench_synth.py
 
 clean:
 	rm -rf $(VENV) $(DATA) .pytest_cache

@@ -27,3 +27,13 @@ def demo_db(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     db = tmp_path_factory.mktemp("demo") / "demo.duckdb"
     load_mimic(demo_dir, db, substitutes={"chartevents": CHARTEVENTS})
     return db
+
+
+@pytest.fixture(scope="session")
+def synthetic_1000(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 1,000-patient synthetic MIMIC-IV (the embedded default's generator), built once per session."""
+    from pipeline.source.synthetic import generate_synthetic
+
+    db = tmp_path_factory.mktemp("synthetic") / "synthetic-1000.duckdb"
+    generate_synthetic(db, 1000, seed=11)
+    return db

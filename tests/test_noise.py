@@ -58,10 +58,15 @@ def test_subtype_contract_holds_on_real_demo_rows(demo_pairs, source, name: str)
     pairs, rejected = demo_pairs
     assert pairs.get(name), f"{name}: no verified pair on the demo; rejections: {rejected.get(name)}"
     for pair in pairs[name]:
-        assert pair.contract == "abstain" and pair.expected.value is None
         assert pair.clean.answer.value is not None  # the clean twin is answerable
         with overlay(source, pair.patch):
-            assert source.sql(pair.reference_sql).fetchall() == []  # the careful reading finds no support
+            careful = source.sql(pair.reference_sql).fetchall()
+        if pair.contract == "abstain":
+            assert pair.expected.value is None and careful == []  # the careful reading finds no support
+        else:
+            assert pair.contract == "repair" and pair.expected.value not in (None, [])
+            assert careful != [] and pair.naive_answer != pair.expected  # the repair differs from the naive reading
+            assert pair.clean.scope == "population"
         if pair.patch.tables:
             assert pair.noisy_question == pair.clean.question  # data noise never shows in the question
 

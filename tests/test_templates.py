@@ -47,6 +47,23 @@ def test_template_yields_five_agreeing_tasks_on_the_demo(demo_instantiation, tem
         assert task.evidence and "{{" not in task.question
 
 
+@pytest.fixture(scope="module")
+def synthetic_instantiation(synthetic_1000: Path):
+    con = duckdb.connect(str(synthetic_1000), read_only=True)
+    return instantiate(con, TEMPLATES, per_template=5, seed=7)
+
+
+@pytest.mark.parametrize("template_id", [t.id for t in TEMPLATES])
+def test_template_yields_five_agreeing_tasks_on_synthetic_data(synthetic_instantiation, template_id: str):
+    tasks, report = synthetic_instantiation
+    assert sum(t.template_id == template_id for t in tasks) == 5, report.dropped[template_id]
+
+
+def test_sql_python_agreement_is_complete_on_synthetic_data(synthetic_instantiation):
+    _, report = synthetic_instantiation
+    assert report.compared > 0 and report.agreement_rate == 1.0
+
+
 def test_sql_python_agreement_is_complete_on_the_demo(demo_instantiation):
     _, report = demo_instantiation
     assert report.compared > 0 and report.agreement_rate == 1.0
