@@ -208,5 +208,68 @@ def tasks(
     out.print(f"SQL/Python agreement: {report.agreed}/{report.compared} = {report.agreement_rate:.1%}")
 
 
+def _split_option(values: list[str] | None) -> list[str] | None:
+    """`--levels a,b --levels c` and repeated options both work."""
+    if not values:
+        return None
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+@app.command()
+def build(
+    db: Annotated[Path, typer.Option(help="source DuckDB file")],
+    out_dir: Annotated[Path, typer.Option("--out", help="releases folder; the release goes to OUT/VERSION")],
+    version: Annotated[str, typer.Option(help="release version (never overwritten)")],
+    seed: Annotated[int, typer.Option(help="seed for sampling, noise and splits")] = 0,
+    per_template: Annotated[int, typer.Option(help="clean tasks per template")] = 5,
+    levels: Annotated[list[str] | None, typer.Option(help="noise levels: record,value,query")] = None,
+    subtypes: Annotated[list[str] | None, typer.Option(help="noise sub-types (default: all of the levels)")] = None,
+    intents: Annotated[list[str] | None, typer.Option(help="intents (default: all six)")] = None,
+    scopes: Annotated[list[str] | None, typer.Option(help="patient,population")] = None,
+    test_size: Annotated[int, typer.Option(help="test pairs wanted (balanced over scope x level)")] = 1008,
+) -> None:
+    """Build a release: clean tasks -> verified Clean-Noise pairs -> splits -> gates -> versioned files."""
+    from pipeline.build import BuildConfig, run_build
+    from pipeline.quality.pair_gate import GateFailed
+    from pipeline.quality.report import print_gate_report
+
+    options = {k: v for k, v in {"levels": _split_option(levels), "subtypes": _split_option(subtypes),
+                                 "intents": _split_option(intents), "scopes": _split_option(scopes)}.items() if v}
+    try:
+        config = BuildConfig(db=db, releases_dir=out_dir, version=version, seed=seed, per_template=per_template,
+                             test_size=test_size, **options)
+    except ValueError as exc:
+        fail(str(exc))
+    with Progress(TextColumn("{task.description:<10}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console) as bar:
+        jobs: dict[str, int] = {}
+
+        def on_progress(stage: str, done: int, total: int) -> None:
+            if stage not in jobs:
+                jobs[stage] = bar.add_task(stage, total=total)
+            bar.update(jobs[stage], completed=done if stage != "tasks" else bar.tasks[jobs[stage]].completed + done)
+
+        try:
+            release = run_build(config, progress=on_progress)
+        except GateFailed as exc:
+            print_gate_report(exc.report, out)
+            target = out_dir / f"{version}.gate-failure.json"
+            exc.report.write_json(target)
+            fail(f"the pair gate failed; nothing was published (report: {target})", code=1)
+        except (FileExistsError, ValueError) as exc:
+            fail(str(exc))
+    _print_release(release)
+
+
+def _print_release(release: Path) -> None:
+    import json
+
+    manifest = json.loads((release / "manifest.json").read_text())
+    pairs = manifest["pairs"]
+    out.print(f"release: {release}")
+    out.print(f"pairs verified {pairs['verified']:,}, published {pairs['published']:,} "
+              f"(test {pairs['split']['test']:,}, train {pairs['split']['train']:,}, {pairs['split']['per_cell']} per test cell)")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

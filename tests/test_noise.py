@@ -118,3 +118,20 @@ def test_null_value_rejects_evidence_that_is_already_null(source):
         source, "SELECT min(labevent_id) FROM labevents WHERE valuenum IS NULL")}]})
     with pytest.raises(Rejected, match="evidence_not_clean"):
         SUBTYPES["null_value"].make(source, broken, TEMPLATES[task.template_id], None)
+
+
+def test_overlay_differs_from_the_source_only_by_its_patch(demo_pairs, source):
+    """Whole-table check (the per-pair verification compares only the keyed rows)."""
+    from pipeline.noise.verify import _matched_rows
+
+    catalog = scalar(source, "SELECT current_database()")
+    for name, pairs in demo_pairs[0].items():
+        for pair in pairs[:2]:
+            matched = _matched_rows(source, pair.patch)  # source rows the hidden keys select
+            with overlay(source, pair.patch):
+                for table in pair.patch.touched_tables:
+                    whole = f'"{catalog}".main.{table}'
+                    removed = scalar(source, f"SELECT count(*) FROM (SELECT * FROM {whole} EXCEPT ALL SELECT * FROM {table})")
+                    added = scalar(source, f"SELECT count(*) FROM (SELECT * FROM {table} EXCEPT ALL SELECT * FROM {whole})")
+                    assert (removed, added) == (matched[table], len(pair.patch.tables[table].add)), (name, table)
+                    assert removed + added > 0, (name, table)

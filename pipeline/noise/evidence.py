@@ -27,7 +27,7 @@ def candidate_keys(con: duckdb.DuckDBPyConnection, task: CleanTask, template: Te
     tree = sqlglot.parse_one(render_sql(template.evidence_sql, typed_slots(template, task.slots)), dialect="duckdb")
     tree.set("limit", None)
     tree.set("order", None)
-    rows = con.sql(tree.sql(dialect="duckdb")).pl().to_dicts()
+    rows = con.sql(f"SELECT * FROM ({tree.sql(dialect='duckdb')}) ORDER BY ALL").pl().to_dicts()  # scan order is not stable
     return [{c: v for c, v in row.items() if c != "table_name"} for row in rows]
 
 

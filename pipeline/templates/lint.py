@@ -78,6 +78,8 @@ def slot_problems(template: Template) -> list[str]:
             problems.append(f"{what}: undefined slot(s) {sorted(used - defined)}")
     if defined - _variables(template.gold_sql):
         problems.append(f"gold SQL: does not use slot(s) {sorted(defined - _variables(template.gold_sql))}")
+    if spec.scope.value == "patient" and "subject_id" not in defined:
+        problems.append("slots: a patient-level template needs a subject_id slot (splits keep patients disjoint)")
     schema = load_schema()
     for name, slot in spec.slots.items():
         if slot.vocabulary:

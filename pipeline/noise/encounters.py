@@ -1,0 +1,85 @@
+"""Encounters (admissions, ICU stays) as the parents and time windows of evidence rows.
+
+Record-level noise on encounters needs rules that read a second table: an evidence row is orphaned when its
+parent encounter is gone, displaced when its time lies outside the parent's admit/discharge (in/out) times.
+Each rule exists in SQL (over a table alias) and in polars (given the overlay's tables), so the two
+reference programs check each other.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import polars as pl
+
+from pipeline.noise.base import Rejected
+from pipeline.source.schema import load_schema
+from pipeline.templates.spec import Template
+
+
+@dataclass(frozen=True)
+class Encounter:
+    table: str
+    key: str
+    start: str
+    end: str
+
+
+STAY = Encounter("icustays", "stay_id", "intime", "outtime")
+ADMISSION = Encounter("admissions", "hadm_id", "admittime", "dischtime")
+
+
+def parent_encounter(template: Template, table: str) -> Encounter:
+    """The encounter the evidence rows reference: the ICU stay unless the question is about an admission."""
+    columns, slots = load_schema()[table].column_names, template.spec.slots
+    asks_admission = "hadm_id" in slots and "stay_id" not in slots
+    if "stay_id" in columns and table != STAY.table and not asks_admission:
+        return STAY
+    if "hadm_id" in columns and table != ADMISSION.table:
+        return ADMISSION
+    raise Rejected("evidence_is_the_encounter")
+
+
+def declared_evidence_tables(template: Template) -> set[str]:
+    """The tables the template's evidence SQL names as `'<table>' AS table_name`."""
+    return set(re.findall(r"'([a-z_]+)'\s+AS\s+table_name", template.evidence_sql, re.I))
+
+
+def with_tables(build):
+    """A `reference(tables, slots)` whose program is built from the tables it runs on."""
+    return lambda tables, slots: build(tables)(tables, slots)
+
+
+# --- orphaned rows: the parent key is set but no parent row has it ---------------------------------------
+
+def orphan_sql(enc: Encounter, alias: str) -> str:
+    return f"{alias}.{enc.key} NOT IN (SELECT p.{enc.key} FROM {enc.table} p WHERE p.{enc.key} IS NOT NULL)"
+
+
+def orphan_expr(tables, enc: Encounter) -> pl.Expr:
+    parents = tables[enc.table].select(enc.key).collect()[enc.key]
+    return ~pl.col(enc.key).is_in(parents.implode())
+
+
+# --- displaced rows: the time lies outside the parent's window -------------------------------------------
+
+def _bound(enc: Encounter, column: str, as_date: bool, alias: str = "p") -> str:
+    return f"CAST({alias}.{column} AS DATE)" if as_date else f"{alias}.{column}"
+
+
+def outside_sql(enc: Encounter, alias: str, time: str, as_date: bool) -> str:
+    """True when row `alias` has a parent whose window its `time` falls outside of."""
+    return (f"EXISTS (SELECT 1 FROM {enc.table} p WHERE p.{enc.key} = {alias}.{enc.key} AND "
+            f"({alias}.{time} < {_bound(enc, enc.start, as_date)} OR {alias}.{time} > {_bound(enc, enc.end, as_date)}))")
+
+
+def outside_mask(frame: pl.DataFrame, tables, enc: Encounter, time: str) -> pl.Series:
+    """Per row of `frame` (in order): its time lies outside its parent's window (False without a parent)."""
+    windows = tables[enc.table].select(enc.key, __start=pl.col(enc.start), __end=pl.col(enc.end)).collect()
+    if frame.schema[time] == pl.Date:
+        windows = windows.with_columns(pl.col("__start", "__end").dt.date())
+    joined = frame.select(enc.key, time).with_row_index("__row").join(windows, on=enc.key, how="left")
+    outside = (pl.col(time) < pl.col("__start")) | (pl.col(time) > pl.col("__end"))
+    flags = joined.group_by("__row").agg(outside.fill_null(False).any().alias("out")).sort("__row")
+    return flags["out"]

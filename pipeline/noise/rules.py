@@ -1,0 +1,152 @@
+"""Rules kept as data for unit, placeholder and duplicate noise, and the scope-dependent twin they share.
+
+A rule is a row predicate in SQL and in polars. Patient scope abstains when an evidence row breaks it (the
+gold program guarded on the evidence); population scope repairs by answering over the rows that keep it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import polars as pl
+import yaml
+
+from pipeline.noise.base import NoisyTwin, Rejected
+from pipeline.noise.evidence import evidence_table, rows_by_key
+from pipeline.noise.exclusion import excluding_python, excluding_sql
+from pipeline.noise.guards import guarded_python, guarded_sql
+from pipeline.noise.measurements import MeasurementTable, measurement_tables
+from pipeline.noise.patch import Patch, TablePatch
+from pipeline.templates.answers import AnswerValue
+from pipeline.templates.programs import load_python_program
+from pipeline.templates.render import sql_literal
+
+MAX_ALTERED = 25  # population scope: at most this many of the cohort's rows (one subject's) are touched
+
+
+def _data(name: str) -> Any:
+    return yaml.safe_load(resources.files("pipeline.noise").joinpath(name).read_text())
+
+
+@cache
+def confusable_units() -> dict[str, str]:
+    """{expected unit: a unit it is confused with} from `units.yaml`."""
+    return _data("units.yaml")["confusable"]
+
+
+@cache
+def unit_columns() -> dict[str, dict[str, str]]:
+    """{table: {item: column, unit: column}} for tables outside measurements.yaml, from `units.yaml`."""
+    return _data("units.yaml").get("unit_columns", {})
+
+
+@cache
+def placeholders() -> dict[str, list[str]]:
+    """{"masks": [...], "errors": [...], "text_columns": {table: [...]}} from `placeholders.yaml`."""
+    return _data("placeholders.yaml")
+
+
+@cache
+def duplicate_rules() -> dict[str, dict[str, Any]]:
+    """{table: {group: [...], values: [...], fresh_id: column | None}} from `duplicates.yaml`."""
+    return _data("duplicates.yaml")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A row predicate: true for a row the sub-type made invalid."""
+
+    sql: str
+    expr: pl.Expr
+
+
+@dataclass
+class Evidence:
+    table: str
+    key_columns: list[str]
+    keys: list[dict[str, Any]]
+    facts: MeasurementTable | None  # None: not a measurement table
+    rows: list[dict[str, Any]]
+
+
+def evidence_table_name(template) -> str | None:
+    """The one table a template's evidence rows come from (None: several)."""
+    tables = set(re.findall(r"'(\w+)'\s+AS\s+table_name", template.evidence_sql, re.I))
+    return tables.pop() if len(tables) == 1 else None
+
+
+def evidence_facts(template) -> MeasurementTable | None:
+    """The measurement table a template's evidence rows come from (None: evidence elsewhere or in several tables)."""
+    return measurement_tables().get(evidence_table_name(template))
+
+
+def table_evidence(con, task) -> Evidence:
+    """The task's evidence rows, one source row per key."""
+    table, key_columns, keys = evidence_table(task)
+    rows = rows_by_key(con, table, keys)
+    if len(rows) != len(keys):
+        raise Rejected("evidence_keys_not_unique" if len(rows) > len(keys) else "evidence_not_clean")
+    return Evidence(table, key_columns, keys, measurement_tables().get(table), rows)
+
+
+def is_patient(template) -> bool:
+    return template.spec.scope.value == "patient"
+
+
+def pick(rows: list[dict], patient: bool, rng) -> list[dict]:
+    """One evidence row for a patient question. For a population one, the cohort rows of one subject (the
+    first, in random order, with at most MAX_ALTERED rows; else MAX_ALTERED rows of the first): touching a
+    whole subject changes counts of patients or stays, not only means."""
+    if patient:
+        return [rows[int(rng.integers(len(rows)))]]
+    subjects = sorted({row["subject_id"] for row in rows})
+    if len(subjects) < 2:
+        raise Rejected("cohort_of_one_subject")
+    by_subject = [[row for row in rows if row["subject_id"] == subjects[i]] for i in rng.permutation(len(subjects))]
+    chosen = next((group for group in by_subject if len(group) <= MAX_ALTERED), by_subject[0])
+    if len(chosen) > MAX_ALTERED:
+        chosen = [chosen[i] for i in sorted(rng.choice(len(chosen), MAX_ALTERED, replace=False))]
+    return chosen
+
+
+def key_of(row: dict, key_columns: list[str]) -> dict:
+    return {c: row[c] for c in key_columns}
+
+
+def alteration(ev: Evidence, before: list[dict], after: list[dict]) -> Patch:
+    """Rows `before` replaced by `after` (the same keys)."""
+    hide = [key_of(row, ev.key_columns) for row in before]
+    return Patch(tables={ev.table: TablePatch(key_columns=ev.key_columns, hide=hide, add=after)})
+
+
+def flagged_on_source(con, ev: Evidence, rule: Rule) -> bool:
+    """Whether the rule already fires on an evidence row in the clean source (then the task cannot serve)."""
+    columns = ", ".join(ev.key_columns)
+    tuples = ", ".join("(" + ", ".join(sql_literal(k[c]) for c in ev.key_columns) + ")" for k in ev.keys)
+    return bool(con.sql(f"SELECT 1 FROM {ev.table} WHERE ({columns}) IN ({tuples}) AND ({rule.sql}) LIMIT 1").fetchall())
+
+
+def _table_guarded_python(template, gold, ev: Evidence, rule: Rule):
+    """Guarded Python whose rule is evaluated on the whole table (it may look beyond the evidence rows)."""
+
+    def reference(tables, slots):
+        flagged = tables[ev.table].filter(rule.expr.fill_null(False)).select(ev.key_columns).collect()
+        fires = lambda rows: rows.join(flagged, on=ev.key_columns, how="semi", nulls_equal=True).height > 0  # noqa: E731
+        return guarded_python(template, gold, ev.table, ev.keys, fires)(tables, slots)
+
+    return reference
+
+
+def scoped_twin(task, template, ev: Evidence, patch: Patch, rule: Rule) -> NoisyTwin:
+    """Patient: abstain when an evidence row breaks the rule. Population: the gold answer over the rows that keep it."""
+    gold, inspect = load_python_program(template), {"table": ev.table, "filter": task.slots}
+    if is_patient(template):
+        guard = f"EXISTS (SELECT 1 FROM evidence WHERE {rule.sql})"
+        return NoisyTwin(patch, "abstain", AnswerValue(value=None), guarded_sql(task.gold_sql, ev.table, ev.keys, guard),
+                         _table_guarded_python(template, gold, ev, rule), inspect)
+    return NoisyTwin(patch, "repair", None, excluding_sql(task.gold_sql, ev.table, rule.sql),
+                     excluding_python(gold, ev.table, rule.expr), inspect)

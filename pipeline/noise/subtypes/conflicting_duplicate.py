@@ -1,0 +1,127 @@
+"""conflicting_duplicate (record level): a second row for the same record, with a different value.
+
+One record = the rows sharing the table's group columns (`duplicates.yaml`: a lab's subject, specimen, item and
+time; a chart value's stay, item and time; an admission's hadm_id...). The value is a measurement's number, or
+the template's value column elsewhere. Patient scope abstains (an evidence row's record holds more than one
+distinct value); population scope repairs by leaving out every conflicting record (all its rows).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+import polars as pl
+
+from pipeline.db import first_row, scalar
+from pipeline.noise.base import NoiseSubtype, Rejected, register
+from pipeline.noise.measurements import measurement_tables
+from pipeline.noise.patch import Patch, TablePatch
+from pipeline.noise.rules import (
+    Evidence, Rule, duplicate_rules, evidence_table_name, flagged_on_source, is_patient, pick, scoped_twin,
+    table_evidence,
+)
+from pipeline.templates.render import sql_literal
+
+FACTORS = (1.1, 1.2, 1.25, 1.5)  # a numeric duplicate: the original times one of these
+SHIFT_HOURS = (2, 6, 12, 24)  # a time duplicate: the original plus one of these
+
+
+@dataclass(frozen=True)
+class Record:
+    """How rows of a table make one record: group columns, the conflicting value, an optional item filter."""
+
+    table: str
+    group: list[str]
+    value: str
+    item: str | None
+    fresh_id: str | None
+
+
+def record_of(table: str | None, gold_sql: str) -> Record | None:
+    spec, facts = duplicate_rules().get(table), measurement_tables().get(table)
+    if spec is None:
+        return None
+    if facts is not None:
+        return Record(table, spec["group"], facts.number, facts.item, spec.get("fresh_id"))
+    read = [c for c in spec.get("values", []) if re.search(rf"\b{c}\b", gold_sql)]
+    return Record(table, spec["group"], read[0], None, spec.get("fresh_id")) if read else None
+
+
+def conflict_rule(record: Record, rows: list[dict]) -> Rule:
+    """True for a row whose record (group) holds more than one distinct value (a measurement: of the evidence's items)."""
+    columns, value = ", ".join(record.group), record.value
+    items = sorted({row[record.item] for row in rows}) if record.item else []
+    where = f" WHERE {record.item} IN ({', '.join(sql_literal(i) for i in items)})" if items else ""
+    sql = f"({columns}) IN (SELECT {columns} FROM {record.table}{where} GROUP BY ALL HAVING count(DISTINCT {value}) > 1)"
+    conflicting = pl.col(value).drop_nulls().n_unique().over(record.group) > 1
+    expr = pl.all_horizontal([pl.col(c).is_not_null() for c in record.group]) & conflicting
+    return Rule(sql, expr & pl.col(record.item).is_in(items) if items else expr)
+
+
+def other_value(con, record: Record, value, rng):
+    """A different value of the same kind: a number scaled, a time shifted, another text of the column."""
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return type(value)(not value)  # a flag flips
+    if isinstance(value, int | float):
+        changed = type(value)(round(value * float(rng.choice(FACTORS)), 2))
+        return changed if changed != value else value + 1
+    if isinstance(value, dt.datetime):
+        return value + dt.timedelta(hours=int(rng.choice(SHIFT_HOURS)))
+    others = [r[0] for r in con.execute(
+        f"SELECT DISTINCT {record.value} FROM {record.table} WHERE {record.value} IS NOT NULL AND {record.value} <> ? "
+        f"ORDER BY 1 LIMIT 50", [value]).fetchall()]
+    if not others:
+        raise Rejected("no_other_value")
+    return others[int(rng.integers(len(others)))]
+
+
+def fresh_ids(con, table: str, column: str, count: int, rng) -> list[int]:
+    """`count` identifiers no row holds: gaps inside the table's range first, else just above its maximum."""
+    low, high = first_row(con, f"SELECT min({column}), max({column}) FROM {table}")
+    chosen: list[int] = []
+    for _ in range(20 * count):
+        candidate = int(rng.integers(low, high + 1))
+        if candidate not in chosen and not scalar(con, f"SELECT count(*) FROM {table} WHERE {column} = ?", [candidate]):
+            chosen.append(candidate)
+        if len(chosen) == count:
+            return chosen
+    above = sorted(rng.choice(1000, count - len(chosen), replace=False))  # a dense key column has no gaps
+    return chosen + [high + 1 + int(offset) for offset in above]
+
+
+def conflicting_copies(con, ev: Evidence, record: Record, rows: list[dict], rng) -> list[dict]:
+    """The rows again, each with a different value (a measurement's text follows its number)."""
+    copies = []
+    for row in rows:
+        value = other_value(con, record, row[record.value], rng)
+        text = ev.facts.text if ev.facts else None
+        copies.append({**row, record.value: value, **({text: f"{value:g}"} if text else {})})
+    if record.fresh_id:
+        for copy, new_id in zip(copies, fresh_ids(con, ev.table, record.fresh_id, len(copies), rng), strict=True):
+            copy[record.fresh_id] = new_id
+    return copies
+
+
+@register
+class ConflictingDuplicate(NoiseSubtype):
+    name = "conflicting_duplicate"
+    level = "record"
+
+    def applies(self, template):
+        return super().applies(template) and record_of(evidence_table_name(template), template.gold_sql) is not None
+
+    def make(self, con, task, template, rng):
+        ev = table_evidence(con, task)
+        record = record_of(ev.table, task.gold_sql)
+        if record is None:
+            raise Rejected("no_duplicate_rule")
+        if any(row[record.value] is None for row in ev.rows):
+            raise Rejected("evidence_not_clean")
+        rule = conflict_rule(record, ev.rows)
+        if flagged_on_source(con, ev, rule):
+            raise Rejected("evidence_already_conflicting")
+        copies = conflicting_copies(con, ev, record, pick(ev.rows, is_patient(template), rng), rng)
+        patch = Patch(tables={ev.table: TablePatch(key_columns=ev.key_columns, add=copies)})
+        return scoped_twin(task, template, ev, patch, rule)

@@ -1,0 +1,54 @@
+"""orphan_reference (record level): the parent admission / ICU stay of the evidence rows is hidden.
+
+Patient scope: the evidence references an encounter the record does not have; abstain (guard: an evidence
+row's hadm_id / stay_id has no parent row). Population scope: the parents of a few evidence rows are hidden;
+repair by answering over the rows whose parent exists (the orphaned rows are excluded).
+"""
+
+from __future__ import annotations
+
+from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
+from pipeline.noise.encounters import declared_evidence_tables, orphan_expr, orphan_sql, parent_encounter, with_tables
+from pipeline.noise.evidence import evidence_table, rows_by_key
+from pipeline.noise.exclusion import excluding_python, excluding_sql
+from pipeline.noise.guards import guarded_python, guarded_sql
+from pipeline.noise.patch import Patch, TablePatch
+from pipeline.templates.answers import AnswerValue
+from pipeline.templates.programs import load_python_program
+
+MAX_ORPHANED = 3  # population scope: how many parent encounters are hidden
+
+
+@register
+class OrphanReference(NoiseSubtype):
+    name = "orphan_reference"
+    level = "record"
+
+    def applies(self, template):
+        """Listed, and the evidence is not the admission row itself (it must reference a parent encounter)."""
+        return super().applies(template) and bool(declared_evidence_tables(template) - {"admissions"})
+
+    def make(self, con, task, template, rng):
+        table, _, keys = evidence_table(task)
+        enc = parent_encounter(template, table)
+        parents = sorted({row[enc.key] for row in rows_by_key(con, table, keys) if row[enc.key] is not None})
+        if not parents:
+            raise Rejected("evidence_has_no_parent_key")
+        patient, gold = template.spec.scope.value == "patient", load_python_program(template)
+        if not patient:
+            if len(parents) < 2:
+                raise Rejected("too_few_parents")
+            parents = sorted(rng.choice(parents, min(MAX_ORPHANED, len(parents) // 2), replace=False).tolist())
+        patch = Patch(tables={enc.table: TablePatch(key_columns=[enc.key], hide=[{enc.key: p} for p in parents])})
+        inspect = {"table": enc.table, "filter": {enc.key: parents}}
+        if not patient:
+            return NoisyTwin(patch, "repair", None, excluding_sql(task.gold_sql, table, orphan_sql(enc, table)),
+                             with_tables(lambda tables: excluding_python(gold, table, orphan_expr(tables, enc))), inspect)
+
+        def reference(tables):
+            orphaned = orphan_expr(tables, enc).fill_null(False)
+            return guarded_python(template, gold, table, keys, lambda ev: bool(ev.select(orphaned).to_series().any()))
+
+        return NoisyTwin(patch, "abstain", AnswerValue(value=None),
+                         guarded_sql(task.gold_sql, table, keys, f"EXISTS (SELECT 1 FROM evidence e WHERE {orphan_sql(enc, 'e')})"),
+                         with_tables(reference), inspect)

@@ -1,0 +1,90 @@
+"""The pair gate: release files and overlays against the suites in `expectations/pairs/` before export."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from pipeline.noise.base import LEVELS
+from pipeline.noise.overlay import overlay
+from pipeline.quality.gx_runner import GateReport, load_suite_json, validate_batches
+from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord
+from pipeline.release.splits import SCOPES
+
+SUITES = Path(__file__).resolve().parents[2] / "expectations" / "pairs"
+
+
+class GateFailed(Exception):
+    """A gate failed; `report` says which rules and how many rows."""
+
+    def __init__(self, report: GateReport):
+        super().__init__(f"{report.gate} gate failed")
+        self.report = report
+
+
+def completeness_frame(tasks: list[TaskRecord], labels: list[LabelRecord], patches: list[PatchRecord]) -> pd.DataFrame:
+    visible, patched = {t.task_id for t in tasks}, defaultdict(int)
+    for patch in patches:
+        patched[patch.pair_id] += 1
+    rows: dict[str, dict] = defaultdict(lambda: {"n_clean": 0, "n_noise": 0, "splits": set(), "n_visible": 0, "clean_answered": True})
+    for lab in labels:
+        row = rows[lab.pair_id]
+        row[f"n_{lab.condition}"] += 1
+        row["splits"].add(lab.split)
+        row["n_visible"] += lab.task_id in visible
+        if lab.condition == "clean":
+            row["clean_answered"] = lab.expected.value not in (None, [])
+    return pd.DataFrame([{"pair_id": p, **{k: v for k, v in r.items() if k != "splits"}, "n_splits": len(r["splits"]),
+                          "n_patches": patched[p]} for p, r in sorted(rows.items())],
+                        columns=["pair_id", "n_clean", "n_noise", "n_visible", "clean_answered", "n_splits", "n_patches"])
+
+
+def balance_frame(labels: list[LabelRecord]) -> pd.DataFrame:
+    cells = {(s, lv): 0 for s in SCOPES for lv in LEVELS}
+    for lab in labels:
+        if lab.condition == "noise" and lab.split == "test":
+            cells[(lab.scope, lab.level)] += 1
+    return pd.DataFrame([{"scope": s, "level": lv, "pairs": n} for (s, lv), n in cells.items()])
+
+
+def patients_frame(labels: list[LabelRecord]) -> pd.DataFrame:
+    splits: dict[int, set] = defaultdict(set)
+    for lab in labels:
+        if lab.subject_id is not None:
+            splits[lab.subject_id].add(lab.split)
+    return pd.DataFrame([{"subject_id": s, "n_splits": len(v)} for s, v in sorted(splits.items())], columns=["subject_id", "n_splits"])
+
+
+def overlays_frame(con: duckdb.DuckDBPyConnection, patches: list[PatchRecord]) -> pd.DataFrame:
+    """Per pair and patched table: do the overlay's columns and types equal the source table's?"""
+    catalog, rows = con.sql("SELECT current_database()").fetchall()[0][0], []
+    for record in patches:
+        with overlay(con, record.patch):
+            for table in record.patch.touched_tables:
+                view = con.sql(f"DESCRIBE {table}").fetchall()
+                source = con.sql(f'DESCRIBE "{catalog}".main.{table}').fetchall()
+                rows.append({"pair_id": record.pair_id, "table": table,
+                             "schema_matches": [r[:2] for r in view] == [r[:2] for r in source]})
+    return pd.DataFrame(rows, columns=["pair_id", "table", "schema_matches"])
+
+
+def gate_release(tasks: list[TaskRecord], labels: list[LabelRecord], patches: list[PatchRecord],
+                 con: duckdb.DuckDBPyConnection, suites: Path = SUITES) -> GateReport:
+    """Validate everything a release would publish; raise GateFailed (with the report) when a rule fails."""
+    frames = {
+        "tasks": pd.DataFrame([t.model_dump() for t in tasks], columns=list(TaskRecord.model_fields)),
+        "labels": pd.DataFrame([lab.model_dump(include={"task_id", "condition", "contract", "level", "pair_id", "reference_sql"})
+                                for lab in labels]),
+        "completeness": completeness_frame(tasks, labels, patches),
+        "test_balance": balance_frame(labels),
+        "patients": patients_frame(labels),
+        "overlays": overlays_frame(con, patches),
+    }
+    reports = [validate_batches(load_suite_json(suites / f"{name}.json"), [frame]) for name, frame in frames.items()]
+    report = GateReport("pairs", f"{len(tasks)} tasks, {len(patches)} pairs", reports)
+    if not report.success:
+        raise GateFailed(report)
+    return report

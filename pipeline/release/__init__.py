@@ -1,0 +1,1 @@
+"""Releases: verified pairs chosen and split, written as versioned task files with hidden labels."""

@@ -1,0 +1,88 @@
+"""Release records: what an agent may see (TaskRecord) and the hidden labels (LabelRecord)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.noise.patch import Patch
+from pipeline.noise.verify import NoisePair
+from pipeline.templates.answers import AnswerValue
+
+
+class TaskRecord(BaseModel):
+    """Agent-visible: nothing here tells the condition, the pairing or the answer."""
+
+    model_config = ConfigDict(extra="forbid")
+    task_id: str
+    question: str
+    scope: str
+    intent: str
+    split: str
+
+
+class LabelRecord(BaseModel):
+    """Hidden: condition, pairing, programs, the expected answer and the evidence an agent must inspect."""
+
+    model_config = ConfigDict(extra="forbid")
+    task_id: str
+    pair_id: str
+    condition: Literal["clean", "noise"]
+    split: str
+    template_id: str
+    template_version: int
+    intent: str
+    scope: str
+    level: str
+    subtype: str
+    subtype_version: int
+    contract: Literal["answer", "abstain", "repair"]
+    subject_id: int | None
+    slots: dict[str, Any]
+    gold_sql: str  # the clean gold SQL (rendered with this task's slots)
+    reference_sql: str  # the program whose answer is expected on this task's data
+    expected: AnswerValue
+    evidence: list[dict[str, Any]]
+    inspect: dict[str, Any] | None
+    naive_answer: AnswerValue | None  # noise only: the clean program run on the noisy data
+    trap: bool | None
+
+
+class PatchRecord(BaseModel):
+    """Everything needed to rebuild a noisy episode on the source: the pair and its patch."""
+
+    model_config = ConfigDict(extra="forbid")
+    pair_id: str
+    noise_task_id: str
+    patch: Patch
+
+
+def opaque_id(pair_id: str, condition: str) -> str:
+    """A task id that reveals neither the condition nor the partner task."""
+    return "t" + hashlib.sha256(f"{pair_id}|{condition}".encode()).hexdigest()[:15]
+
+
+def records_of(pair: NoisePair, split: str) -> tuple[list[TaskRecord], list[LabelRecord], PatchRecord]:
+    """The clean and the noisy task of a pair, their labels and the patch."""
+    clean, common = pair.clean, {
+        "pair_id": pair.pair_id, "split": split, "template_id": pair.clean.template_id,
+        "template_version": pair.clean.template_version, "intent": pair.clean.intent, "scope": pair.clean.scope,
+        "level": pair.level, "subtype": pair.subtype, "subtype_version": pair.subtype_version,
+        "subject_id": pair.clean.slots.get("subject_id") if pair.clean.scope == "patient" else None,
+    }
+    ids = {c: opaque_id(pair.pair_id, c) for c in ("clean", "noise")}
+    tasks = [
+        TaskRecord(task_id=ids["clean"], question=clean.question, scope=clean.scope, intent=clean.intent, split=split),
+        TaskRecord(task_id=ids["noise"], question=pair.noisy_question, scope=clean.scope, intent=clean.intent, split=split),
+    ]
+    labels = [
+        LabelRecord(task_id=ids["clean"], condition="clean", contract="answer", slots=clean.slots, gold_sql=clean.gold_sql,
+                    reference_sql=clean.gold_sql, expected=clean.answer, evidence=clean.evidence, inspect=None,
+                    naive_answer=None, trap=None, **common),
+        LabelRecord(task_id=ids["noise"], condition="noise", contract=pair.contract, slots=pair.noisy_slots,
+                    gold_sql=clean.gold_sql, reference_sql=pair.reference_sql, expected=pair.expected,
+                    evidence=clean.evidence, inspect=pair.inspect, naive_answer=pair.naive_answer, trap=pair.trap, **common),
+    ]
+    return tasks, labels, PatchRecord(pair_id=pair.pair_id, noise_task_id=ids["noise"], patch=pair.patch)

@@ -1,0 +1,93 @@
+"""orphan_reference, displaced_time, false_premise and unknown_concept: each contract checked on real demo rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pytest
+
+from pipeline.db import scalar
+from pipeline.noise.base import Rejected, subtypes
+from pipeline.noise.overlay import open_source, overlay
+from pipeline.noise.subtypes.unknown_concept import in_any_dictionary
+from pipeline.noise.verify import verify_pair
+from pipeline.templates.instantiate import instantiate
+from pipeline.templates.programs import Tables
+from pipeline.templates.registry import load_templates
+
+SUBTYPES = subtypes()
+TEMPLATES = {t.id: t for t in load_templates()}
+
+
+@pytest.fixture(scope="module")
+def source(demo_db):
+    con = open_source(demo_db)
+    yield con
+    con.close()
+
+
+def _pairs(source, template_id: str, subtype: str, tasks: int = 3) -> list:
+    """Verified pairs of `subtype` for a few demo tasks of one template (rejected tasks are skipped)."""
+    template, tables, pairs = TEMPLATES[template_id], Tables(source), []
+    for task in instantiate(source, [template], per_template=tasks, seed=7)[0]:
+        try:
+            pairs.append(verify_pair(source, tables, task, template, SUBTYPES[subtype], seed=0))
+        except Rejected:
+            pass
+    assert pairs, f"{subtype}: no verified pair for {template_id}"
+    return pairs
+
+
+def test_orphan_reference(source):
+    for pair in _pairs(source, "lab_last_value_in_admission", "orphan_reference"):
+        hadm_id = pair.clean.slots["hadm_id"]
+        assert pair.patch.touched_tables == ["admissions"] and pair.expected.value is None
+        with overlay(source, pair.patch):  # the admission is gone, its lab rows still reference it
+            assert scalar(source, "SELECT count(*) FROM admissions WHERE hadm_id = ?", [hadm_id]) == 0
+            assert scalar(source, "SELECT count(*) FROM labevents WHERE hadm_id = ?", [hadm_id]) > 0
+        assert pair.trap and pair.naive_answer == pair.clean.answer  # the careless reader still answers
+    repaired = _pairs(source, "top_diagnoses_in_first_careunit", "orphan_reference", tasks=4)
+    assert all(p.contract == "repair" and p.expected.value and p.naive_answer != p.expected for p in repaired)
+
+
+def test_displaced_time(source):
+    for pair in _pairs(source, "lab_first_value_within_24h", "displaced_time"):
+        (moved,) = pair.patch.tables["labevents"].add
+        (hidden,) = pair.patch.tables["labevents"].hide
+        admittime, dischtime = source.execute("SELECT admittime, dischtime FROM admissions WHERE hadm_id = ?",
+                                              [moved["hadm_id"]]).fetchall()[0]
+        clean_time = scalar(source, "SELECT charttime FROM labevents WHERE labevent_id = ?", [hidden["labevent_id"]])
+        assert moved["hadm_id"] == pair.clean.slots["hadm_id"]  # it keeps its admission
+        assert admittime <= clean_time < admittime + dt.timedelta(hours=24)  # it was in the asked window
+        assert moved["charttime"] < admittime  # and now lies outside the admission (so outside its first 24 h)
+        assert pair.expected.value is None and pair.noisy_question == pair.clean.question
+
+
+def test_false_premise(source):
+    for pair in _pairs(source, "drug_order_count_in_admission", "false_premise"):
+        drug, clean = pair.patch.slots["drug"], pair.clean.slots
+        assert drug != clean["drug"] and drug in pair.noisy_question
+        assert scalar(source, "SELECT count(*) FROM prescriptions WHERE drug = ?", [drug]) > 0  # a real drug
+        assert scalar(source, "SELECT count(*) FROM prescriptions WHERE drug = ? AND hadm_id = ?", [drug, clean["hadm_id"]]) == 0
+        assert pair.expected.value is None and not pair.patch.tables
+
+
+def test_unknown_concept(source):
+    for pair in _pairs(source, "lab_last_value_in_admission", "unknown_concept"):
+        label, clean = pair.patch.slots["lab_label"], pair.clean.slots["lab_label"]
+        assert not in_any_dictionary(source, label) and in_any_dictionary(source, clean)
+        assert abs(len(label) - len(clean)) <= 1 and label in pair.noisy_question  # one typo-like edit
+        assert pair.expected.value is None
+    population = _pairs(source, "patients_with_diagnosis", "unknown_concept")
+    assert all(p.naive_answer.value == 0 and p.trap for p in population)  # a count of 0 is not the answer
+
+
+def test_rejections_name_the_reason(source):
+    task = instantiate(source, [TEMPLATES["admission_los_days"]], per_template=1, seed=7)[0][0]
+    assert not SUBTYPES["displaced_time"].applies(TEMPLATES["admission_los_days"])  # the admission is the window
+    with pytest.raises(Rejected, match="evidence_is_the_encounter"):
+        SUBTYPES["orphan_reference"].make(source, task, TEMPLATES["admission_los_days"], None)
+    task = instantiate(source, [TEMPLATES["lab_abnormal_count_in_admission"]], per_template=1, seed=7)[0][0]
+    with pytest.raises(Rejected, match="gold_answers_every_candidate"):  # the gold counts 0 for any unmeasured lab
+        SUBTYPES["false_premise"].make(source, task, TEMPLATES[task.template_id], np.random.default_rng(0))

@@ -1,0 +1,139 @@
+"""unit_mismatch, placeholder_value and conflicting_duplicate on real demo rows: each contract, per scope."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+
+from pipeline.db import scalar
+from pipeline.noise.base import Rejected, subtypes
+from pipeline.noise.overlay import open_source, overlay
+from pipeline.noise.patch import Patch, TablePatch
+from pipeline.noise.rules import confusable_units, placeholders
+from pipeline.noise.subtypes.unit_mismatch import expected_units, units_of
+from pipeline.noise.verify import verify_pair
+from pipeline.templates.answers import canonical_answer
+from pipeline.templates.instantiate import instantiate, typed_slots
+from pipeline.templates.programs import Tables, run_sql
+from pipeline.templates.registry import load_templates
+
+SUBTYPES = subtypes()
+TEMPLATES = {t.id: t for t in load_templates()}
+
+
+@pytest.fixture(scope="module")
+def source(demo_db):
+    con = open_source(demo_db)
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def pair_of(source):
+    """pair_of(subtype, template_id): the first verified pair over a few demo tasks of the template."""
+    tables = Tables(source)
+
+    @cache
+    def first(name: str, template_id: str):
+        template = TEMPLATES[template_id]
+        tasks, _ = instantiate(source, [template], per_template=4, seed=7)
+        reasons = []
+        for task in tasks:
+            try:
+                return verify_pair(source, tables, task, template, SUBTYPES[name], seed=0)
+            except Rejected as exc:
+                reasons.append(exc.reason)
+        pytest.fail(f"{name} on {template_id}: no verified pair ({reasons})")
+
+    return first
+
+
+def added_rows(pair) -> list[dict]:
+    (table_patch,) = pair.patch.tables.values()
+    return table_patch.add
+
+
+def gold_without(source, pair, table: str, hidden: list[dict]):
+    """The gold answer on the source with the given rows (keys) removed."""
+    template = TEMPLATES[pair.clean.template_id]
+    patch = Patch(tables={table: TablePatch(key_columns=list(hidden[0]), hide=hidden)})
+    with overlay(source, patch):
+        frame = run_sql(source, template.gold_sql, typed_slots(template, pair.clean.slots))
+    return canonical_answer(frame, template.spec.answer)
+
+
+def assert_patient_trap(pair):
+    assert pair.contract == "abstain" and pair.expected.value is None
+    assert pair.trap and pair.naive_answer.value is not None  # a careless reading still answers
+
+
+def assert_repaired(source, pair, table: str, removed: list[dict]):
+    assert pair.contract == "repair" and pair.naive_answer != pair.expected
+    repaired = gold_without(source, pair, table, removed)
+    assert repaired.value == pytest.approx(pair.expected.value, abs=TEMPLATES[pair.clean.template_id].spec.answer.tolerance)
+
+
+def test_unit_mismatch(source, pair_of):
+    pair = pair_of("unit_mismatch", "lab_last_value_in_admission")
+    (row,) = added_rows(pair)
+    usual = expected_units(source, units_of("labevents"), {row["itemid"]})[row["itemid"]]
+    assert row["valueuom"] == confusable_units()[usual] != usual
+    assert_patient_trap(pair)
+    assert pair.naive_answer.value == pytest.approx(row["valuenum"])  # the relabelled number itself
+    population = pair_of("unit_mismatch", "lab_median_value_population")
+    assert {r["valueuom"] for r in added_rows(population)} <= set(confusable_units().values())
+    assert_repaired(source, population, "labevents", population.patch.tables["labevents"].hide)
+
+
+def test_placeholder_value(source, pair_of):
+    pair = pair_of("placeholder_value", "lab_last_value_in_admission")
+    (row,) = added_rows(pair)
+    assert row["value"] in placeholders()["masks"] + placeholders()["errors"] and row["valuenum"] is None
+    assert_patient_trap(pair)  # the naive reading falls back to an earlier result
+    population = pair_of("placeholder_value", "lab_median_value_population")
+    assert all(r["value"] in placeholders()["errors"] and r["valuenum"] is not None for r in added_rows(population))
+    assert_repaired(source, population, "labevents", population.patch.tables["labevents"].hide)
+
+
+def test_conflicting_duplicate(source, pair_of):
+    pair = pair_of("conflicting_duplicate", "lab_last_value_in_admission")
+    (copy,) = added_rows(pair)
+    (original,) = pair.clean.evidence
+    assert scalar(source, "SELECT count(*) FROM labevents WHERE labevent_id = ?", [copy["labevent_id"]]) == 0
+    with overlay(source, pair.patch):
+        values = source.sql(
+            "SELECT DISTINCT l.valuenum FROM labevents l JOIN labevents o USING (subject_id, specimen_id, itemid, charttime) "
+            f"WHERE o.labevent_id = {original['labevent_id']}"
+        ).fetchall()
+    assert len(values) == 2  # the same measurement, two different values
+    assert_patient_trap(pair)
+    population = pair_of("conflicting_duplicate", "lab_median_value_population")
+    group = "SELECT labevent_id FROM labevents WHERE subject_id = ? AND specimen_id = ? AND itemid = ? AND charttime = ?"
+    originals = [{"labevent_id": i} for c in added_rows(population)
+                 for (i,) in source.execute(group, [c["subject_id"], c["specimen_id"], c["itemid"], c["charttime"]]).fetchall()]
+    assert_repaired(source, population, "labevents", originals)  # both rows of each conflicting measurement go
+
+
+def test_text_and_dose_columns_outside_measurement_tables(source, pair_of):
+    masked = pair_of("placeholder_value", "admission_discharge_location")
+    assert masked.naive_answer.value == added_rows(masked)[0]["discharge_location"] == "___"  # the mask is the trap
+    dose = pair_of("unit_mismatch", "prescription_first_dose")
+    assert dose.naive_answer.unit == added_rows(dose)[0]["dose_unit_rx"] != dose.clean.answer.unit
+    assert dose.naive_answer.value == dose.clean.answer.value  # the same number, now in the wrong unit
+    count = pair_of("conflicting_duplicate", "admissions_of_type_count")
+    (copy, *_) = added_rows(count)
+    rows = source.sql(f"SELECT admission_type FROM admissions WHERE hadm_id = {copy['hadm_id']}").fetchall()
+    assert rows != [(copy["admission_type"],)]  # the admission exists with another type: the copy conflicts
+    assert count.contract == "repair" and count.expected.value < count.naive_answer.value
+
+
+def test_unit_mismatch_rejects_an_item_without_unit_rule(source):
+    task = instantiate(source, [TEMPLATES["lab_last_value_in_admission"]], per_template=1, seed=3)[0][0]
+    ruleless = scalar(source, f"""
+        SELECT min(labevent_id) FROM labevents WHERE valuenum IS NOT NULL AND itemid IN (
+          SELECT itemid FROM labevents WHERE valueuom IS NOT NULL GROUP BY itemid
+          HAVING mode(valueuom) NOT IN ({', '.join(repr(u) for u in confusable_units())}))""")
+    broken = task.model_copy(update={"evidence": [{"table_name": "labevents", "labevent_id": ruleless}]})
+    with pytest.raises(Rejected, match="no_unit_rule"):
+        SUBTYPES["unit_mismatch"].make(source, broken, TEMPLATES[task.template_id], None)
