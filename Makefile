@@ -10,6 +10,8 @@ CHART  := $(SHARED)/chartevents-from-meds/chartevents.csv.gz
 DATA   := data
 PATIENTS ?= 1000
 SEED   ?= 0
+PER_TEMPLATE ?= 2
+VERSION ?= synthetic-$(PATIENTS)-seed$(SEED)
 
 .PHONY: run demo test venv bench clean
 
@@ -21,14 +23,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# The main job on the embedded default: a synthetic MIMIC-IV (no ../shared needed), its source gate,
-# and clean tasks from every template. (The noise/export issue makes it build a release.)
+# The main job on the embedded default: a synthetic MIMIC-IV (no ../shared needed), its source gate, the
+# template lint, and a release of verified Clean-Noise pairs in data/releases/<version>/.
 run: venv
 	@mkdir -p $(DATA)
 	@[ -f $(DATA)/synthetic.duckdb ] || $(BIN)/ehrgym synth --patients $(PATIENTS) --seed $(SEED) --db $(DATA)/synthetic.duckdb
 	$(BIN)/ehrgym validate-source --db $(DATA)/synthetic.duckdb --out $(DATA)/synthetic.source-gate.json
 	$(BIN)/ehrgym templates check
-	$(BIN)/ehrgym tasks --db $(DATA)/synthetic.duckdb --out $(DATA)/tasks.jsonl --per-template 5 --seed $(SEED)
+	@if [ -d $(DATA)/releases/$(VERSION) ]; then echo "release already built: $(DATA)/releases/$(VERSION)"; else \
+	  $(BIN)/ehrgym build --db $(DATA)/synthetic.duckdb --out $(DATA)/releases --version $(VERSION) \
+	    --per-template $(PER_TEMPLATE) --seed $(SEED); fi
 
 # The same on the real MIMIC-IV demo (needs ../shared/data).
 demo: venv

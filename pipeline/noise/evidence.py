@@ -32,11 +32,17 @@ def candidate_keys(con: duckdb.DuckDBPyConnection, task: CleanTask, template: Te
 
 
 def rows_by_key(con: duckdb.DuckDBPyConnection, table: str, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Full source rows for the given key rows (in key order)."""
+    """Full source rows for the given key rows, sorted. Many keys go through a semi-join with a registered
+    key frame (typed like the table) rather than a long IN list."""
     if not keys:
         return []
+    from pipeline.noise.guards import keys_frame  # the polars typing of ISO-text keys
+
     columns = list(keys[0])
-    values = ", ".join("(" + ", ".join("?" for _ in columns) + ")" for _ in keys)
-    params = [row[c] for row in keys for c in columns]
-    sql = f"SELECT t.* FROM {table} t WHERE ({', '.join('t.' + c for c in columns)}) IN ({values}) ORDER BY ALL"
-    return con.sql(sql, params=params).pl().to_dicts()
+    schema = con.sql(f"SELECT {', '.join(columns)} FROM {table} LIMIT 0").pl().schema
+    con.register("__evidence_keys", keys_frame(keys, schema).collect())
+    try:
+        on = " AND ".join(f"t.{c} = k.{c}" for c in columns)
+        return con.sql(f"SELECT t.* FROM {table} t SEMI JOIN __evidence_keys k ON {on} ORDER BY ALL").pl().to_dicts()
+    finally:
+        con.unregister("__evidence_keys")

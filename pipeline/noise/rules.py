@@ -103,10 +103,13 @@ def pick(rows: list[dict], patient: bool, rng) -> list[dict]:
     whole subject changes counts of patients or stays, not only means."""
     if patient:
         return [rows[int(rng.integers(len(rows)))]]
-    subjects = sorted({row["subject_id"] for row in rows})
+    groups: dict = {}
+    for row in rows:
+        groups.setdefault(row["subject_id"], []).append(row)
+    subjects = sorted(groups)
     if len(subjects) < 2:
         raise Rejected("cohort_of_one_subject")
-    by_subject = [[row for row in rows if row["subject_id"] == subjects[i]] for i in rng.permutation(len(subjects))]
+    by_subject = [groups[subjects[i]] for i in rng.permutation(len(subjects))]
     chosen = next((group for group in by_subject if len(group) <= MAX_ALTERED), by_subject[0])
     if len(chosen) > MAX_ALTERED:
         chosen = [chosen[i] for i in sorted(rng.choice(len(chosen), MAX_ALTERED, replace=False))]

@@ -44,13 +44,15 @@ def swapped_twin(template: Template, task: CleanTask, changed: dict[str, Any], i
     reader's dictionary look-up, which a count template otherwise answers with 0)."""
     slots = typed_slots(template, {**task.slots, **changed})
     sql, gold = render_sql(template.gold_sql, slots).strip(), load_python_program(template)
-    reference_python = gold
-    if guard is not None:
+    if guard is None:
+        reference_python = gold
+    else:
         table, column, value = guard
         sql = f"SELECT g.* FROM (\n{sql}\n) g\nWHERE EXISTS (SELECT 1 FROM {table} WHERE {column} = {sql_literal(value)})"
 
         def reference_python(tables, slots):
-            known = tables[table].filter(pl.col(column) == value).select(pl.len()).collect().item()
+            # a dictionary look-up: over the whole table, even when the question is about one patient
+            known = tables.whole()[table].filter(pl.col(column) == value).select(pl.len()).collect().item()
             return gold(tables, slots) if known else empty_answer(template)
 
     return NoisyTwin(patch=Patch(slots=changed), contract="abstain", expected=AnswerValue(value=None),

@@ -16,8 +16,8 @@ from pipeline.noise.overlay import overlay, overlay_diff, polars_overlay
 from pipeline.noise.patch import Patch
 from pipeline.templates.answers import AnswerShapeError, AnswerValue, answers_agree, canonical_answer, is_empty
 from pipeline.templates.instantiate import CleanTask, typed_slots
-from pipeline.templates.programs import Tables, load_python_program, run_sql
-from pipeline.templates.render import render, render_sql
+from pipeline.templates.programs import Tables, run_sql, tables_for
+from pipeline.templates.render import render
 from pipeline.templates.spec import Template
 
 # Words that would tell the agent what the noise is; a noisy question may not add any of them.
@@ -102,6 +102,7 @@ def verify_pair(con: duckdb.DuckDBPyConnection, tables: Tables, task: CleanTask,
     rng = np.random.default_rng([seed, int(hashlib.sha256(f"{task.task_id}/{subtype.name}".encode()).hexdigest()[:12], 16)])
     twin = subtype.make(con, task, template, rng)
     slots = typed_slots(template, {**task.slots, **twin.patch.slots})
+    tables = tables_for(tables, template, slots)  # patient questions: that patient's rows only
     if twin.patch.tables:  # the guarded reference must give the clean answer on the clean data
         _check_references(con, tables, twin, template, slots, task.answer, "on_clean")
     matched = _matched_rows(con, twin.patch)

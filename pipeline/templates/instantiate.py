@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.atomic import atomic_output
 from pipeline.templates.answers import AnswerShapeError, AnswerValue, answers_agree, canonical_answer, is_empty
-from pipeline.templates.programs import Tables, load_python_program, run_sql
+from pipeline.templates.programs import Tables, load_python_program, run_sql, tables_for
 from pipeline.templates.render import render, render_sql
 from pipeline.templates.spec import Template
 
@@ -101,7 +101,7 @@ def _attempt(con, tables, template, gold_python, slots, report_drop) -> CleanTas
     except (duckdb.Error, AnswerShapeError) as exc:
         return report_drop(f"sql_error: {type(exc).__name__}")
     try:
-        python_answer = canonical_answer(gold_python(tables, dict(slots)), spec.answer)
+        python_answer = canonical_answer(gold_python(tables_for(tables, template, slots), dict(slots)), spec.answer)
     except Exception as exc:  # noqa: BLE001 - any failure of the program is a counted drop reason
         return report_drop(f"python_error: {type(exc).__name__}")
     if is_empty(sql_answer) and is_empty(python_answer):

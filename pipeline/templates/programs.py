@@ -2,36 +2,67 @@
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import polars as pl
 
+from pipeline.source.schema import load_schema
 from pipeline.templates.render import render_sql
 from pipeline.templates.spec import Template
 
 
 class Tables:
-    """The database's tables as polars frames for gold Python programs, each read once and cached.
+    """The source's tables as polars frames for gold Python programs.
 
-    Works on any DuckDB connection, so the same program runs on a source or on a noisy overlay.
+    Always read from the source catalog by its qualified name, so an active SQL overlay is never seen (the
+    Python side gets its noisy data from `replaced`, an independent polars overlay). Whole tables are read
+    once and shared; `for_subject` gives a view whose patient tables hold only one patient's rows (a patient
+    question's program needs no more, and a zone-mapped subject filter makes this O(patient), not O(table)).
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection):
-        self._con = con
-        self._frames: dict[str, pl.DataFrame] = {}
+    def __init__(self, con: duckdb.DuckDBPyConnection, subject_id: int | None = None, shared: dict | None = None):
+        self._con, self._subject = con, subject_id
+        self._catalog = con.sql("SELECT current_database()").fetchall()[0][0]
+        self._frames: dict[str, pl.DataFrame] = {}  # this view's own (scoped or replaced) frames
+        self._shared: dict[str, pl.DataFrame] = {} if shared is None else shared  # whole tables
+
+    def for_subject(self, subject_id: int | None) -> Tables:
+        """A view of the same source scoped to one patient (None: whole tables)."""
+        return Tables(self._con, subject_id, self._shared) if subject_id is not None else self
+
+    def whole(self) -> Tables:
+        """The unscoped view (whole tables) of the same source, e.g. for a dictionary look-up."""
+        return Tables(self._con, None, self._shared)
 
     def replaced(self, frames: dict[str, pl.DataFrame]) -> Tables:
-        """The same tables with some frames replaced (a noisy overlay built in polars); the rest are shared."""
-        view = Tables(self._con)
+        """The same view with some frames replaced (a noisy overlay built in polars); the rest are shared."""
+        view = Tables(self._con, self._subject, self._shared)
         view._frames = {**self._frames, **frames}
         return view
 
     def __getitem__(self, name: str) -> pl.LazyFrame:
-        if name not in self._frames:
-            self._frames[name] = self._con.sql(f"SELECT * FROM {_identifier(name)}").pl()
-        return self._frames[name].lazy()
+        source = f'"{self._catalog}".main.{_identifier(name)}'
+        if name in self._frames:
+            return self._frames[name].lazy()
+        if self._subject is not None and name in _subject_tables():
+            self._frames[name] = self._con.sql(f"SELECT * FROM {source} WHERE subject_id = ?", params=[self._subject]).pl()
+            return self._frames[name].lazy()
+        if name not in self._shared:
+            self._shared[name] = self._con.sql(f"SELECT * FROM {source}").pl()
+        return self._shared[name].lazy()
+
+
+@cache
+def _subject_tables() -> frozenset[str]:
+    return frozenset(t.name for t in load_schema().values() if "subject_id" in t.column_names)
+
+
+def tables_for(tables: Tables, template: Template, slots: dict[str, Any]) -> Tables:
+    """The view a template's Python program gets: patient-scoped for patient-level templates."""
+    return tables.for_subject(slots.get("subject_id")) if template.spec.scope.value == "patient" else tables
 
 
 def _identifier(name: str) -> str:
@@ -47,19 +78,14 @@ def run_sql(con: duckdb.DuckDBPyConnection, template_sql: str, slots: dict[str, 
 
 def load_python_program(template: Template):
     """The `gold(tables, slots) -> polars.DataFrame` function defined in the template's `.py` file."""
-    namespace: dict[str, Any] = {"__name__": f"ehrgym_template_{template.id}"}
-    source_path = Path(template.path).with_suffix(".py")
-    exec(compile(template.gold_python, str(source_path), "exec"), namespace)  # trusted: our own template files
+    return _compiled_gold(template.id, str(Path(template.path).with_suffix(".py")), template.gold_python)
+
+
+@cache
+def _compiled_gold(template_id: str, source_path: str, source: str):
+    namespace: dict[str, Any] = {"__name__": f"ehrgym_template_{template_id}"}
+    exec(compile(source, source_path, "exec"), namespace)  # trusted: our own template files
     gold = namespace.get("gold")
     if not callable(gold):
         raise ValueError(f"{source_path}: must define a function gold(tables, slots) -> polars.DataFrame")
     return gold
-
-
-def run_python(template: Template, tables: Tables, slots: dict[str, Any]) -> pl.DataFrame:
-    result = load_python_program(template)(tables, dict(slots))
-    if isinstance(result, pl.LazyFrame):
-        result = result.collect()
-    if not isinstance(result, pl.DataFrame):
-        raise TypeError(f"{template.path}: gold() returned {type(result).__name__}, expected a polars DataFrame")
-    return result
