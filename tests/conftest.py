@@ -37,3 +37,13 @@ def synthetic_1000(tmp_path_factory: pytest.TempPathFactory) -> Path:
     db = tmp_path_factory.mktemp("synthetic") / "synthetic-1000.duckdb"
     generate_synthetic(db, 1000, seed=11)
     return db
+
+
+@pytest.fixture(scope="module")
+def source(demo_db: Path):
+    """A read-only connection to the demo database, on which overlays are created."""
+    from pipeline.noise.overlay import open_source
+
+    con = open_source(demo_db)
+    yield con
+    con.close()

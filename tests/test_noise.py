@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.db import scalar
 from pipeline.noise.base import REGISTRY, Rejected, subtypes
-from pipeline.noise.overlay import open_source, overlay
+from pipeline.noise.overlay import overlay
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.verify import verify_pair
 from pipeline.templates.instantiate import instantiate
@@ -18,13 +18,6 @@ from pipeline.templates.registry import load_templates
 
 SUBTYPES = subtypes()
 TEMPLATES = {t.id: t for t in load_templates()}
-
-
-@pytest.fixture(scope="module")
-def source(demo_db: Path):
-    con = open_source(demo_db)
-    yield con
-    con.close()
 
 
 PAIRS_PER_SUBTYPE = 8

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.db import scalar
 from pipeline.noise.base import Rejected, subtypes
-from pipeline.noise.overlay import open_source, overlay
+from pipeline.noise.overlay import overlay
 from pipeline.noise.subtypes.unknown_concept import in_any_dictionary
 from pipeline.noise.verify import verify_pair
 from pipeline.templates.instantiate import instantiate
@@ -18,13 +18,6 @@ from pipeline.templates.registry import load_templates
 
 SUBTYPES = subtypes()
 TEMPLATES = {t.id: t for t in load_templates()}
-
-
-@pytest.fixture(scope="module")
-def source(demo_db):
-    con = open_source(demo_db)
-    yield con
-    con.close()
 
 
 def _pairs(source, template_id: str, subtype: str, tasks: int = 3) -> list:

@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.db import scalar
 from pipeline.noise.base import Rejected, subtypes
-from pipeline.noise.overlay import open_source, overlay
+from pipeline.noise.overlay import overlay
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import confusable_units, placeholders
 from pipeline.noise.subtypes.unit_mismatch import expected_units, units_of
@@ -20,13 +20,6 @@ from pipeline.templates.registry import load_templates
 
 SUBTYPES = subtypes()
 TEMPLATES = {t.id: t for t in load_templates()}
-
-
-@pytest.fixture(scope="module")
-def source(demo_db):
-    con = open_source(demo_db)
-    yield con
-    con.close()
 
 
 @pytest.fixture(scope="module")
