@@ -49,18 +49,30 @@ def verify_for(con, tasks, templates, seconds: float) -> tuple[list, int, float]
 
 
 def overlay_vs_copy(con, pairs) -> dict:
-    catalog, overlay_s, copy_s, query_overlay, query_source = source_catalog(con), [], [], [], []
+    """Medians over up to 60 pairs with table patches, overall and per touched table (copy cost grows with the
+    table, overlay cost with the patch)."""
+    catalog, per_table = source_catalog(con), {}
+    overlay_s, copy_s, query_overlay, query_source = [], [], [], []
     for pair in [p for p in pairs if p.patch.tables][:60]:
-        overlay_s.append(_overlay_time(con, pair.patch))
+        made = _overlay_time(con, pair.patch)
+        overlay_s.append(made)
         for table in pair.patch.touched_tables:
-            copy_s.append(_timed(lambda: con.execute(f'CREATE OR REPLACE TEMP TABLE __copy AS SELECT * FROM "{catalog}".main.{table}')))
+            copied = _timed(lambda: con.execute(f'CREATE OR REPLACE TEMP TABLE __copy AS SELECT * FROM "{catalog}".main.{table}'))
             con.execute("DROP TABLE IF EXISTS __copy")
+            copy_s.append(copied)
+            per_table.setdefault(table, []).append((made, copied))
         query_source.append(_timed(lambda: con.sql(pair.clean.gold_sql).fetchall()))
         with overlay(con, pair.patch):
             query_overlay.append(_timed(lambda: con.sql(pair.clean.gold_sql).fetchall()))
     med = statistics.median
+    tables = {
+        table: {"pairs": len(v), "rows": con.sql(f'SELECT count(*) FROM "{catalog}".main.{table}').fetchall()[0][0],
+                "overlay_ms": med(o for o, _ in v) * 1e3, "copy_ms": med(c for _, c in v) * 1e3,
+                "copy_over_overlay": med(c for _, c in v) / med(o for o, _ in v)}
+        for table, v in sorted(per_table.items())
+    }
     return {"pairs_measured": len(overlay_s), "overlay_create_drop_ms": med(overlay_s) * 1e3, "copy_touched_tables_ms": med(copy_s) * 1e3,
-            "copy_over_overlay": med(copy_s) / med(overlay_s), "query_on_source_ms": med(query_source) * 1e3,
+            "copy_over_overlay": med(copy_s) / med(overlay_s), "by_table": tables, "query_on_source_ms": med(query_source) * 1e3,
             "query_on_overlay_ms": med(query_overlay) * 1e3, "overlay_query_over_source": med(query_overlay) / med(query_source)}
 
 

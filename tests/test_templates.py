@@ -140,3 +140,18 @@ def test_cli_tasks_writes_jsonl_and_report(demo_db: Path, tmp_path: Path):
     assert len(lines) == 2 * len(TEMPLATES)
     report = json.loads((tmp_path / "tasks.jsonl.report.json").read_text())
     assert sum(report["kept"].values()) == len(lines)
+
+
+def test_disagreeing_programs_are_dropped_and_counted_by_reason(demo_db: Path, tmp_path: Path):
+    """A template whose Python answer is off by one keeps no task; every candidate is counted as a disagreement."""
+    folder = tmp_path / "laboratory"
+    folder.mkdir()
+    for source in (BROKEN / "laboratory").glob("good_lab.*"):
+        (folder / source.name.replace("good_lab", "off_by_one")).write_text(source.read_text().replace("id: good_lab", "id: off_by_one"))
+    python = folder / "off_by_one.py"
+    python.write_text(python.read_text().replace('pl.col("valuenum").alias("value")', '(pl.col("valuenum") + 1).alias("value")'))
+    con = duckdb.connect(str(demo_db), read_only=True)
+    tasks, report = instantiate(con, load_templates(tmp_path), per_template=3, seed=1)
+    assert tasks == [] and report.kept == {"off_by_one": 0}
+    assert report.dropped["off_by_one"] == {"sql_python_disagree": 12}  # 3 wanted x 4 candidates each
+    assert report.shortfall == {"off_by_one": 3} and report.agreement_rate == 0.0
