@@ -33,7 +33,21 @@ def atomic_output(final: Path, overwrite: bool = False) -> Iterator[Path]:
         _remove(path)
     try:
         yield tmp
-        os.replace(tmp, final)
+        _move_into_place(tmp, final, overwrite)
+        _remove(final.with_name(final.name + ".wal"))  # a replaced database's old log must not replay onto the new one
     finally:
         for path in leftovers:
             _remove(path)
+
+
+def _move_into_place(tmp: Path, final: Path, overwrite: bool) -> None:
+    """Rename `tmp` onto `final`; without `overwrite`, fail rather than replace anything that appeared meanwhile."""
+    if overwrite:
+        os.replace(tmp, final)
+    elif tmp.is_dir():
+        if final.exists():
+            raise FileExistsError(f"{final} appeared while it was being built; refusing to overwrite it")
+        os.rename(tmp, final)  # Linux refuses to rename a directory onto a non-empty one
+    else:
+        os.link(tmp, final)  # fails if final exists: no window in which it could be replaced
+        tmp.unlink()

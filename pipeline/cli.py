@@ -194,9 +194,12 @@ def tasks(
     con = duckdb.connect(str(db), read_only=True)
     with Progress(TextColumn("{task.description:<36}"), BarColumn(), TimeElapsedColumn(), console=console) as bar:
         job = bar.add_task("instantiating", total=len(templates))
-        found, report = instantiate(
-            con, templates, per_template, seed, on_template=lambda t, n: bar.update(job, advance=1, description=t.id)
-        )
+        try:
+            found, report = instantiate(
+                con, templates, per_template, seed, on_template=lambda t, n: bar.update(job, advance=1, description=t.id)
+            )
+        finally:
+            con.close()
     write_tasks(found, report, out_file)
     summary = RichTable(title=f"{len(found)} clean tasks -> {out_file}")
     for column in ("template", "kept", "dropped (reason: count)"):
@@ -256,7 +259,7 @@ def build(
             target = out_dir / f"{version}.gate-failure.json"
             exc.report.write_json(target)
             fail(f"the pair gate failed; nothing was published (report: {target})", code=1)
-        except (FileExistsError, ValueError) as exc:
+        except FileExistsError as exc:
             fail(str(exc))
     _print_release(release)
 

@@ -155,3 +155,12 @@ def test_disagreeing_programs_are_dropped_and_counted_by_reason(demo_db: Path, t
     assert tasks == [] and report.kept == {"off_by_one": 0}
     assert report.dropped["off_by_one"] == {"sql_python_disagree": 12}  # 3 wanted x 4 candidates each
     assert report.shortfall == {"off_by_one": 3} and report.agreement_rate == 0.0
+
+
+def test_list_answers_of_dates_are_iso_text():
+    import datetime as dt
+
+    import polars as pl
+
+    frame = pl.DataFrame({"value": [dt.date(2150, 1, 2), dt.date(2150, 1, 1)]})
+    assert canonical_answer(frame, Answer(type=AnswerType.list)).value == ["2150-01-01", "2150-01-02"]

@@ -8,6 +8,7 @@ from typing import Any
 
 import duckdb
 import numpy as np
+import polars as pl
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.db import scalar
@@ -47,7 +48,7 @@ class NoisePair(BaseModel):
 def _answer(frame_fn, template: Template, reason: str) -> AnswerValue:
     try:
         return canonical_answer(frame_fn(), template.spec.answer)
-    except (duckdb.Error, AnswerShapeError) as exc:
+    except (duckdb.Error, pl.exceptions.PolarsError, AnswerShapeError, ValueError, TypeError) as exc:
         raise Rejected(f"{reason}: {type(exc).__name__}") from exc
 
 

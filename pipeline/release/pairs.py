@@ -48,7 +48,8 @@ def choose_pairs(verified: dict[str, list[NoisePair]], seed: int) -> list[NoiseP
     least-chosen sub-type within it."""
     rng = np.random.default_rng(seed)
     chosen, per_level, per_subtype = [], Counter(), Counter()
-    for task_id in [sorted(verified)[i] for i in rng.permutation(len(verified))]:
+    task_ids = sorted(verified)
+    for task_id in [task_ids[i] for i in rng.permutation(len(task_ids))]:
         options = sorted(verified[task_id], key=lambda p: (per_level[p.level], per_subtype[p.subtype], p.subtype))
         pair = options[0]
         chosen.append(pair)

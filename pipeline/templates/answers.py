@@ -60,7 +60,8 @@ def canonical_answer(frame: pl.DataFrame | pl.LazyFrame, spec: Answer) -> Answer
     if missing:
         raise AnswerShapeError(f"result lacks record column(s) {missing}")
     if spec.type is AnswerType.list:
-        values = [_scalar(v, AnswerType.text if isinstance(v, str) else AnswerType.number) for v in frame["value"].to_list()]
+        plain = [_plain(v) for v in frame["value"].to_list()]
+        values = [_scalar(v, AnswerType.text if isinstance(v, str) else AnswerType.number) for v in plain]
         values = [v for v in values if v is not None]
         return AnswerValue(value=values if spec.ordered else sorted(values, key=repr), unit=spec.unit)
     if frame.height > 1:

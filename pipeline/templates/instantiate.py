@@ -110,7 +110,7 @@ def _attempt(con, tables, template, gold_python, slots, report_drop) -> CleanTas
     if not answers_agree(sql_answer, python_answer, spec.answer):
         return report_drop("sql_python_disagree")
     report_drop.agreed()
-    evidence = con.sql(render_sql(template.evidence_sql, slots)).pl().to_dicts()
+    evidence = con.sql(f"SELECT * FROM ({render_sql(template.evidence_sql, slots)}) ORDER BY ALL").pl().to_dicts()
     if not evidence:
         return report_drop("no_evidence")
     return CleanTask(

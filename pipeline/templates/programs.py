@@ -35,7 +35,9 @@ class Tables:
 
     def whole(self) -> Tables:
         """The unscoped view (whole tables) of the same source, e.g. for a dictionary look-up."""
-        return Tables(self._con, None, self._shared)
+        view = Tables(self._con, None, self._shared)
+        view._frames = {} if self._subject is not None else dict(self._frames)  # a scoped frame is not a whole table
+        return view
 
     def replaced(self, frames: dict[str, pl.DataFrame]) -> Tables:
         """The same view with some frames replaced (a noisy overlay built in polars); the rest are shared."""
