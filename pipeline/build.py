@@ -7,6 +7,7 @@ the same functions one task at a time.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections import Counter
 from collections.abc import Callable
@@ -116,8 +117,9 @@ def run_build(config: BuildConfig, progress: Progress | None = None, gate: Calla
     try:
         source = {"database": Path(config.db).name, **source_fingerprint(con)}
         templates, chosen = select_templates(config), select_subtypes(config)
+        done = itertools.count(1)
         tasks, inst = instantiate(con, templates, config.per_template, config.seed,
-                                  on_template=lambda t, n: progress and progress("tasks", 1, len(templates)))
+                                  on_template=lambda t, n: progress and progress("tasks", next(done), len(templates)))
         by_id = {t.id: t for t in templates}
         verified, rejected = candidate_pairs(con, tasks, by_id, chosen, config.seed,
                                              on_task=lambda n: progress and progress("pairs", n, len(tasks)))

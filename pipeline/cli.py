@@ -250,7 +250,7 @@ def build(
         def on_progress(stage: str, done: int, total: int) -> None:
             if stage not in jobs:
                 jobs[stage] = bar.add_task(stage, total=total)
-            bar.update(jobs[stage], completed=done if stage != "tasks" else bar.tasks[jobs[stage]].completed + done)
+            bar.update(jobs[stage], completed=done)
 
         try:
             release = run_build(config, progress=on_progress)

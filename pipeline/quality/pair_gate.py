@@ -9,7 +9,7 @@ import duckdb
 import pandas as pd
 
 from pipeline.noise.base import LEVELS
-from pipeline.noise.overlay import overlay
+from pipeline.noise.overlay import overlay, source_catalog
 from pipeline.quality.gx_runner import GateReport, load_suite_json, validate_batches
 from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord
 from pipeline.release.splits import SCOPES
@@ -60,7 +60,7 @@ def patients_frame(labels: list[LabelRecord]) -> pd.DataFrame:
 
 def overlays_frame(con: duckdb.DuckDBPyConnection, patches: list[PatchRecord]) -> pd.DataFrame:
     """Per pair and patched table: do the overlay's columns and types equal the source table's?"""
-    catalog, rows = con.sql("SELECT current_database()").fetchall()[0][0], []
+    catalog, rows = source_catalog(con), []
     for record in patches:
         with overlay(con, record.patch):
             for table in record.patch.touched_tables:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.noise.patch import Patch
 from pipeline.noise.verify import NoisePair
+from pipeline.release.splits import subject_of
 from pipeline.templates.answers import AnswerValue
 
 
@@ -70,7 +71,7 @@ def records_of(pair: NoisePair, split: str) -> tuple[list[TaskRecord], list[Labe
         "pair_id": pair.pair_id, "split": split, "template_id": pair.clean.template_id,
         "template_version": pair.clean.template_version, "intent": pair.clean.intent, "scope": pair.clean.scope,
         "level": pair.level, "subtype": pair.subtype, "subtype_version": pair.subtype_version,
-        "subject_id": pair.clean.slots.get("subject_id") if pair.clean.scope == "patient" else None,
+        "subject_id": subject_of(pair),
     }
     ids = {c: opaque_id(pair.pair_id, c) for c in ("clean", "noise")}
     tasks = [
