@@ -20,7 +20,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,airflow]'
 	touch $(STAMP)
 
 # The main job on the embedded default: a synthetic MIMIC-IV (no ../shared needed), its source gate, the
