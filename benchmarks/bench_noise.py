@@ -1,8 +1,10 @@
 """Benchmark the noise engine in one run: overlay vs copying the touched tables, a query on an overlay vs on
-the source, and verified pairs per minute.
+the source, verified pairs per minute (one process, then a worker pool), and the pair counts by intent and
+sub-type with the rejection reasons.
 
-Usage: python benchmarks/bench_noise.py DB [--per-template K] [--seconds S]   (writes benchmarks/results/noise.json)
-Ratios are measured in the same run on the same machine; nothing here asserts a timing.
+Usage: python benchmarks/bench_noise.py DB [--per-template K] [--seconds S] [--workers W] [--out FILE]
+(writes benchmarks/results/noise.json by default). Tasks are visited in a seeded random order, so a time budget
+samples every template. Ratios are measured in the same run on the same machine; nothing asserts a timing.
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ import argparse
 import json
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 
 import duckdb
+import numpy as np
 
 from pipeline.noise.base import Rejected, subtypes
 from pipeline.noise.overlay import overlay, source_catalog
 from pipeline.noise.verify import verify_pair
+from pipeline.release.pairs import candidate_pairs
 from pipeline.templates.instantiate import instantiate
 from pipeline.templates.programs import Tables
 from pipeline.templates.registry import load_templates
@@ -31,21 +36,49 @@ def _timed(fn) -> float:
     return time.perf_counter() - started
 
 
-def verify_for(con, tasks, templates, seconds: float) -> tuple[list, int, float]:
-    """Verify pairs (every applicable sub-type per task) until the time budget is spent."""
-    tables, pairs, attempts, started = Tables(con), [], 0, time.perf_counter()
-    for task in tasks:
+def verify_for(con, tasks, templates, seconds: float) -> tuple[list, Counter, float, int]:
+    """Verify pairs (every applicable sub-type per task) until the time budget is spent; (pairs, rejections,
+    seconds, tasks visited)."""
+    tables, pairs, rejected, started, visited = Tables(con), [], Counter(), time.perf_counter(), 0
+    for visited, task in enumerate(tasks, start=1):
         for subtype in subtypes().values():
             if not subtype.applies(templates[task.template_id]):
                 continue
-            attempts += 1
             try:
                 pairs.append(verify_pair(con, tables, task, templates[task.template_id], subtype, seed=0))
-            except Rejected:
-                pass
+            except Rejected as exc:
+                rejected[(subtype.name, exc.reason)] += 1
         if time.perf_counter() - started > seconds:
             break
-    return pairs, attempts, time.perf_counter() - started
+    return pairs, rejected, time.perf_counter() - started, visited
+
+
+def parallel_rate(con, tasks, templates, workers: int) -> dict:
+    """The same verification of the given tasks through candidate_pairs' worker pool (start-up included)."""
+    started = time.perf_counter()
+    verified, _ = candidate_pairs(con, tasks, templates, subtypes(), 0, workers=workers)
+    spent, count = time.perf_counter() - started, sum(map(len, verified.values()))
+    return {"workers": workers, "tasks": len(tasks), "verified_pairs": count, "seconds": spent, "verified_pairs_per_minute": 60 * count / spent}
+
+
+def pair_counts(pairs, rejected: Counter) -> dict:
+    """Verified pairs per intent x sub-type, and rejections per sub-type and reason."""
+    cells: dict = {}
+    for pair in pairs:
+        cells.setdefault(pair.clean.intent, Counter())[pair.subtype] += 1
+    reasons: dict = {}
+    for (name, reason), count in sorted(rejected.items()):
+        reasons.setdefault(name, {})[reason] = count
+    return {"verified_by_intent_and_subtype": {i: dict(sorted(c.items())) for i, c in sorted(cells.items())}, "rejected": reasons}
+
+
+def markdown_counts(counts: dict) -> str:
+    """The pair counts as a Markdown table (intents as rows, sub-types as columns)."""
+    cells = counts["verified_by_intent_and_subtype"]
+    names = sorted(subtypes())
+    lines = ["| intent | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    lines += [f"| {intent} | " + " | ".join(str(row.get(n, 0)) for n in names) + " |" for intent, row in cells.items()]
+    return "\n".join(lines)
 
 
 def overlay_vs_copy(con, pairs) -> dict:
@@ -88,20 +121,27 @@ def main() -> None:
     parser.add_argument("db", type=Path)
     parser.add_argument("--per-template", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=120.0, help="time budget for the pairs/minute measurement")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes for the parallel rate (0: skip)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     con = duckdb.connect(str(args.db), read_only=True)
     templates = {t.id: t for t in load_templates()}
     started = time.perf_counter()
     tasks, _ = instantiate(con, list(templates.values()), args.per_template, seed=0)
     instantiate_s = time.perf_counter() - started
-    pairs, attempts, spent = verify_for(con, tasks, templates, args.seconds)
+    tasks = [tasks[i] for i in np.random.default_rng(0).permutation(len(tasks))]
+    pairs, rejected, spent, visited = verify_for(con, tasks, templates, args.seconds)
+    parallel = parallel_rate(con, tasks[:visited], templates, args.workers) if args.workers > 1 else None
+    counts = pair_counts(pairs, rejected)
     result = {"db": args.db.name, "patients": con.sql("SELECT count(*) FROM patients").fetchall()[0][0],
-              "clean_tasks": len(tasks), "instantiate_seconds": instantiate_s, "verify_attempts": attempts,
-              "verified_pairs": len(pairs), "verify_seconds": spent, "verified_pairs_per_minute": 60 * len(pairs) / spent,
-              **overlay_vs_copy(con, pairs)}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+              "templates": len(templates), "clean_tasks": len(tasks), "instantiate_seconds": instantiate_s,
+              "tasks_visited": visited, "verify_attempts": len(pairs) + sum(rejected.values()), "verified_pairs": len(pairs),
+              "verify_seconds": spent, "verified_pairs_per_minute": 60 * len(pairs) / spent, "parallel": parallel,
+              **counts, **overlay_vs_copy(con, pairs)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k not in ("by_table", "rejected")}, indent=2))
+    print(markdown_counts(counts))
 
 
 if __name__ == "__main__":

@@ -48,6 +48,10 @@ class NoiseSubtype(ABC):
     name: ClassVar[str]
     level: ClassVar[str]
     version: ClassVar[int] = 1
+    # The noise claims the record holds no answer: the clean gold program must find nothing on the noisy data
+    # or count nothing (hiding the top N items' rows of a top-N question leaves another, fully supported top N;
+    # hiding a patient's stays in a unit makes "was the patient ever in the unit?" a supported "no": no pair).
+    noisy_data_unanswerable: ClassVar[bool] = False
 
     def applies(self, template: Template) -> bool:
         """The template lists the sub-type (templates declare which noise makes sense for them)."""

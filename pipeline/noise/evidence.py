@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import duckdb
@@ -31,18 +33,26 @@ def candidate_keys(con: duckdb.DuckDBPyConnection, task: CleanTask, template: Te
     return [{c: v for c, v in row.items() if c != "table_name"} for row in rows]
 
 
-def rows_by_key(con: duckdb.DuckDBPyConnection, table: str, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Full source rows for the given key rows, sorted. Many keys go through a semi-join with a registered
-    key frame (typed like the table) rather than a long IN list."""
-    if not keys:
-        return []
+@contextmanager
+def keyed_rows(con: duckdb.DuckDBPyConnection, table: str, keys: list[dict[str, Any]]) -> Iterator[Callable[..., str]]:
+    """Yields `rows(relation=table)`: SQL for the rows of a relation with the given keys. It is a semi-join with
+    a registered key frame (typed like the table), not a long IN list: DuckDB pushes the join's key range into
+    the scan, and the cost does not grow with the text it has to parse."""
     from pipeline.noise.guards import keys_frame  # the polars typing of ISO-text keys
 
     columns = list(keys[0])
     schema = con.sql(f"SELECT {', '.join(columns)} FROM {table} LIMIT 0").pl().schema
     con.register("__evidence_keys", keys_frame(keys, schema).collect())
+    on = " AND ".join(f"t.{c} = k.{c}" for c in columns)
     try:
-        on = " AND ".join(f"t.{c} = k.{c}" for c in columns)
-        return con.sql(f"SELECT t.* FROM {table} t SEMI JOIN __evidence_keys k ON {on} ORDER BY ALL").pl().to_dicts()
+        yield lambda relation=table: f"SELECT t.* FROM {relation} t SEMI JOIN __evidence_keys k ON {on}"
     finally:
         con.unregister("__evidence_keys")
+
+
+def rows_by_key(con: duckdb.DuckDBPyConnection, table: str, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Full source rows for the given key rows, sorted."""
+    if not keys:
+        return []
+    with keyed_rows(con, table, keys) as rows:
+        return con.sql(f"{rows()} ORDER BY ALL").pl().to_dicts()

@@ -23,11 +23,20 @@ def excluding_sql(gold_sql: str, table: str, invalid_sql: str) -> str:
     return tree.sql(dialect="duckdb")
 
 
-def excluding_python(gold, table: str, invalid: pl.Expr):
-    """A `reference(tables, slots)`: the gold program on the tables with `table`'s invalid rows removed."""
+def excluding_python(gold, table: str, invalid: pl.Expr, within: pl.Expr | None = None):
+    """A `reference(tables, slots)`: the gold program on the tables with `table`'s invalid rows removed.
+
+    `within` (optional) marks the only rows the rule can flag; the rule (a window expression, say) is then
+    evaluated on those rows alone, as the SQL rule's subquery does, and the other rows pass untouched.
+    """
 
     def reference(tables, slots):
-        valid = tables[table].filter(~invalid.fill_null(False)).collect()
+        frame, keep = tables[table], ~invalid.fill_null(False)
+        if within is None:
+            valid = frame.filter(keep)  # lazy: the gold program's filters push down
+        else:
+            inside = within.fill_null(False)
+            valid = pl.concat([frame.filter(~inside), frame.filter(inside).filter(keep)])
         return gold(tables.replaced({table: valid}), slots)
 
     return reference

@@ -7,6 +7,8 @@ programs check each other on every pair.
 
 from __future__ import annotations
 
+import datetime as dt
+
 from collections.abc import Callable
 from typing import Any
 
@@ -24,9 +26,16 @@ def _key_match_sql(keys: list[dict[str, Any]]) -> str:
     return f"({', '.join(columns)}) IN ({tuples})"
 
 
+def _iso(value: Any) -> Any:
+    """Dates and datetimes as the ISO text tasks store, so that both forms can share a column."""
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    return value.isoformat() if isinstance(value, dt.date) else value
+
+
 def keys_frame(keys: list[dict[str, Any]], schema: pl.Schema) -> pl.LazyFrame:
-    """Key rows (datetimes as ISO text, as tasks store them) typed like the table's columns."""
-    frame = pl.DataFrame(keys)
+    """Key rows (datetimes as ISO text, as tasks store them, or as datetimes) typed like the table's columns."""
+    frame = pl.DataFrame([{c: _iso(v) for c, v in key.items()} for key in keys])
     columns = []
     for name in frame.columns:
         target, column = schema[name], pl.col(name)

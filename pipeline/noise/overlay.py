@@ -78,15 +78,14 @@ def overlay_diff(con: duckdb.DuckDBPyConnection, table: str, patch: TablePatch) 
     Rows outside the patch's keys are the source's by construction of the view (tests check the whole-table
     identity), so the multiset difference is computed on the keyed rows only: the cost follows the patch.
     """
+    from pipeline.noise.evidence import keyed_rows
+
     source = f'"{source_catalog(con)}".main.{table}'
     keys = [*patch.hide, *({c: row[c] for c in patch.key_columns} for row in patch.add)]
-    columns = patch.key_columns
-    tuples = ", ".join("(" + ", ".join("?" for _ in columns) + ")" for _ in keys)
-    params = [key[c] for key in keys for c in columns]
-    where = f"({', '.join(columns)}) IN ({tuples})"
-    keyed_source, keyed_overlay = f"SELECT * FROM {source} WHERE {where}", f"SELECT * FROM {table} WHERE {where}"
-    removed = scalar(con, f"SELECT count(*) FROM ({keyed_source} EXCEPT ALL {keyed_overlay})", params + params)
-    added = scalar(con, f"SELECT count(*) FROM ({keyed_overlay} EXCEPT ALL {keyed_source})", params + params)
+    with keyed_rows(con, source, keys) as rows:
+        keyed_source, keyed_overlay = rows(source), rows(table)
+        removed = scalar(con, f"SELECT count(*) FROM ({keyed_source} EXCEPT ALL {keyed_overlay})")
+        added = scalar(con, f"SELECT count(*) FROM ({keyed_overlay} EXCEPT ALL {keyed_source})")
     return removed, added
 
 
@@ -97,13 +96,12 @@ def polars_overlay(tables, patch: Patch):
 
     frames = {}
     for table in patch.touched_tables:
-        clean = tables[table].collect()
-        table_patch = patch.tables[table]
+        frame, table_patch = tables[table], patch.tables[table]
+        schema = frame.collect_schema()
         if table_patch.hide:
-            hidden = keys_frame(table_patch.hide, clean.schema).collect()
-            clean = clean.join(hidden, on=table_patch.key_columns, how="anti", nulls_equal=True)
-        if table_patch.add:
-            added = pl.DataFrame(table_patch.add, schema=clean.schema, orient="row", strict=False)
-            clean = pl.concat([clean, added])
-        frames[table] = clean
+            hidden = keys_frame(table_patch.hide, schema).collect()
+            frame = frame.join(hidden.lazy(), on=table_patch.key_columns, how="anti", nulls_equal=True)
+        if table_patch.add:  # rows typed like the table (ISO text from a patches.jsonl becomes dates and times)
+            frame = pl.concat([frame, keys_frame(table_patch.add, schema).select(list(schema))])
+        frames[table] = frame  # lazy: a gold program's filters push down through the anti-join and the union
     return tables.replaced(frames)

@@ -16,7 +16,7 @@ import polars as pl
 import yaml
 
 from pipeline.noise.base import NoisyTwin, Rejected
-from pipeline.noise.evidence import evidence_table, rows_by_key
+from pipeline.noise.evidence import evidence_table, keyed_rows, rows_by_key
 from pipeline.noise.exclusion import excluding_python, excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.measurements import MeasurementTable, measurement_tables
@@ -62,6 +62,12 @@ class Rule:
 
     sql: str
     expr: pl.Expr
+    within: pl.Expr | None = None  # the only rows the rule can flag (evaluate `expr` on them alone)
+
+    def flagged(self, frame: pl.LazyFrame) -> pl.LazyFrame:
+        """The rows of `frame` the rule flags."""
+        scoped = frame if self.within is None else frame.filter(self.within.fill_null(False))
+        return scoped.filter(self.expr.fill_null(False))
 
 
 @dataclass
@@ -128,16 +134,15 @@ def alteration(ev: Evidence, before: list[dict], after: list[dict]) -> Patch:
 
 def flagged_on_source(con, ev: Evidence, rule: Rule) -> bool:
     """Whether the rule already fires on an evidence row in the clean source (then the task cannot serve)."""
-    columns = ", ".join(ev.key_columns)
-    tuples = ", ".join("(" + ", ".join(sql_literal(k[c]) for c in ev.key_columns) + ")" for k in ev.keys)
-    return bool(con.sql(f"SELECT 1 FROM {ev.table} WHERE ({columns}) IN ({tuples}) AND ({rule.sql}) LIMIT 1").fetchall())
+    with keyed_rows(con, ev.table, ev.keys) as rows:
+        return bool(con.sql(f"SELECT 1 FROM ({rows()}) {ev.table} WHERE ({rule.sql}) LIMIT 1").fetchall())
 
 
 def _table_guarded_python(template, gold, ev: Evidence, rule: Rule):
     """Guarded Python whose rule is evaluated on the whole table (it may look beyond the evidence rows)."""
 
     def reference(tables, slots):
-        flagged = tables[ev.table].filter(rule.expr.fill_null(False)).select(ev.key_columns).collect()
+        flagged = rule.flagged(tables[ev.table]).select(ev.key_columns).collect()
         fires = lambda rows: rows.join(flagged, on=ev.key_columns, how="semi", nulls_equal=True).height > 0  # noqa: E731
         return guarded_python(template, gold, ev.table, ev.keys, fires)(tables, slots)
 
@@ -152,4 +157,4 @@ def scoped_twin(task, template, ev: Evidence, patch: Patch, rule: Rule) -> Noisy
         return NoisyTwin(patch, "abstain", AnswerValue(value=None), guarded_sql(task.gold_sql, ev.table, ev.keys, guard),
                          _table_guarded_python(template, gold, ev, rule), inspect)
     return NoisyTwin(patch, "repair", None, excluding_sql(task.gold_sql, ev.table, rule.sql),
-                     excluding_python(gold, ev.table, rule.expr), inspect)
+                     excluding_python(gold, ev.table, rule.expr, rule.within), inspect)

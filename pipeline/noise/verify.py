@@ -13,13 +13,14 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.db import scalar
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected
+from pipeline.noise.evidence import keyed_rows
 from pipeline.noise.overlay import overlay, overlay_diff, polars_overlay
 from pipeline.noise.patch import Patch
 from pipeline.templates.answers import AnswerShapeError, AnswerValue, answers_agree, canonical_answer, is_empty
 from pipeline.templates.instantiate import CleanTask, typed_slots
 from pipeline.templates.programs import Tables, run_sql, tables_for
 from pipeline.templates.render import render
-from pipeline.templates.spec import Template
+from pipeline.templates.spec import AnswerType, Template
 
 # Words that would tell the agent what the noise is; a noisy question may not add any of them.
 REVEALING = re.compile(r"\b(missing|null|empty|duplicat\w*|conflict\w*|implausible|impossible|invalid|error|placeholder|wrong unit|nonexist\w*)\b", re.I)
@@ -73,6 +74,13 @@ def _check_references(con, tables: Tables, twin: NoisyTwin, template: Template, 
     return expected
 
 
+def _finds_nothing(answer: AnswerValue | None, template: Template) -> bool:
+    """No answer, or a count of nothing (a count template says 0 where the rows are gone)."""
+    if answer is None:
+        return False
+    return is_empty(answer) or (template.spec.answer.type is AnswerType.count and answer.value == 0)
+
+
 def _check_diff(con, patch: Patch, matched: dict[str, int]) -> None:
     for table in patch.touched_tables:
         removed, added = overlay_diff(con, table, patch.tables[table])
@@ -90,11 +98,8 @@ def _matched_rows(con, patch: Patch) -> dict[str, int]:
         if not keys:
             counts[table] = 0
             continue
-        columns = list(keys[0])
-        tuples = ", ".join("(" + ", ".join("?" for _ in columns) + ")" for _ in keys)
-        counts[table] = scalar(
-            con, f"SELECT count(*) FROM {table} WHERE ({', '.join(columns)}) IN ({tuples})", [k[c] for k in keys for c in columns]
-        )
+        with keyed_rows(con, table, keys) as rows:
+            counts[table] = scalar(con, f"SELECT count(*) FROM ({rows()})")
     return counts
 
 
@@ -118,6 +123,8 @@ def verify_pair(con: duckdb.DuckDBPyConnection, tables: Tables, task: CleanTask,
     question = render(template.spec.questions[task.phrasing], {**task.slots, **twin.patch.slots}).strip()
     if len(REVEALING.findall(question)) > len(REVEALING.findall(task.question)):
         raise Rejected("question_reveals_noise")
+    if subtype.noisy_data_unanswerable and not _finds_nothing(naive, template):
+        raise Rejected("noisy_data_still_answers")
     if twin.contract == "repair" and naive is not None and _same(naive, expected, template):
         raise Rejected("no_divergence")  # the noise did not change what a naive reading answers
     trap = naive is not None and not is_empty(naive) and not _same(naive, expected, template)

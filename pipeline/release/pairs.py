@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 
 import duckdb
 import numpy as np
@@ -22,9 +24,13 @@ def candidate_pairs(
     subtypes: dict[str, NoiseSubtype],
     seed: int,
     on_task: Callable[[int], None] | None = None,
+    workers: int = 1,
 ) -> tuple[dict[str, list[NoisePair]], Counter]:
     """Per clean task, every verified pair (one per applicable sub-type); rejections counted by
-    (template, sub-type, reason)."""
+    (template, sub-type, reason). With `workers` > 1, chunks of tasks run in worker processes, each on its
+    own read-only connection; every pair is seeded by its task and sub-type, so the result is the same."""
+    if workers > 1 and len(tasks) > CHUNK:
+        return _parallel_pairs(database_path(con), tasks, templates, subtypes, seed, on_task, workers)
     tables, verified, rejected = Tables(con), {}, Counter()
     for done, task in enumerate(tasks, start=1):
         template = templates[task.template_id]
@@ -39,6 +45,38 @@ def candidate_pairs(
             verified.setdefault(task.task_id, []).append(pair)
         if on_task:
             on_task(done)
+    return verified, rejected
+
+
+CHUNK = 8  # tasks per unit of parallel work (small enough to balance two workers, large enough to amortise)
+_worker: dict = {}
+
+
+def database_path(con: duckdb.DuckDBPyConnection) -> str:
+    return con.sql("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()[0][0]
+
+
+def _start_worker(db_path: str, templates: dict[str, Template], subtypes: dict[str, NoiseSubtype], seed: int) -> None:
+    _worker.update(con=duckdb.connect(db_path, read_only=True), templates=templates, subtypes=subtypes, seed=seed)
+
+
+def _pairs_of_chunk(tasks: list[CleanTask]) -> tuple[dict[str, list[NoisePair]], Counter]:
+    return candidate_pairs(_worker["con"], tasks, _worker["templates"], _worker["subtypes"], _worker["seed"])
+
+
+def _parallel_pairs(db_path, tasks, templates, subtypes, seed, on_task, workers):
+    """Chunks in task order through a spawn-started pool; results merged in submission order."""
+    chunks = [tasks[i:i + CHUNK] for i in range(0, len(tasks), CHUNK)]
+    verified, rejected, done = {}, Counter(), 0
+    context = multiprocessing.get_context("spawn")  # no fork of a process holding DuckDB threads
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
+                             initargs=(db_path, templates, subtypes, seed)) as pool:
+        for chunk, (chunk_verified, chunk_rejected) in zip(chunks, pool.map(_pairs_of_chunk, chunks), strict=True):
+            verified.update(chunk_verified)
+            rejected.update(chunk_rejected)
+            done += len(chunk)
+            if on_task:
+                on_task(done)
     return verified, rejected
 
 

@@ -26,7 +26,7 @@ class Tables:
     def __init__(self, con: duckdb.DuckDBPyConnection, subject_id: int | None = None, shared: dict | None = None):
         self._con, self._subject = con, subject_id
         self._catalog = con.sql("SELECT current_database()").fetchall()[0][0]
-        self._frames: dict[str, pl.DataFrame] = {}  # this view's own (scoped or replaced) frames
+        self._frames: dict[str, pl.DataFrame | pl.LazyFrame] = {}  # this view's own (scoped or replaced) frames
         self._shared: dict[str, pl.DataFrame] = {} if shared is None else shared  # whole tables
 
     def for_subject(self, subject_id: int | None) -> Tables:
@@ -39,7 +39,7 @@ class Tables:
         view._frames = {} if self._subject is not None else dict(self._frames)  # a scoped frame is not a whole table
         return view
 
-    def replaced(self, frames: dict[str, pl.DataFrame]) -> Tables:
+    def replaced(self, frames: dict[str, pl.DataFrame | pl.LazyFrame]) -> Tables:
         """The same view with some frames replaced (a noisy overlay built in polars); the rest are shared."""
         view = Tables(self._con, self._subject, self._shared)
         view._frames = {**self._frames, **frames}

@@ -57,7 +57,7 @@ def conflict_rule(record: Record, rows: list[dict]) -> Rule:
     sql = f"({columns}) IN (SELECT {columns} FROM {record.table}{where} GROUP BY ALL HAVING count(DISTINCT {value}) > 1)"
     conflicting = pl.col(value).drop_nulls().n_unique().over(record.group) > 1
     expr = pl.all_horizontal([pl.col(c).is_not_null() for c in record.group]) & conflicting
-    return Rule(sql, expr & pl.col(record.item).is_in(items) if items else expr)
+    return Rule(sql, expr, pl.col(record.item).is_in(items) if items else None)
 
 
 def other_value(con, record: Record, value, rng):
@@ -108,6 +108,7 @@ def conflicting_copies(con, ev: Evidence, record: Record, rows: list[dict], rng)
 class ConflictingDuplicate(NoiseSubtype):
     name = "conflicting_duplicate"
     level = "record"
+    version = 2  # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
 
     def applies(self, template):
         return super().applies(template) and record_of(evidence_table_name(template), template.gold_sql) is not None

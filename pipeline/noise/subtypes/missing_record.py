@@ -16,6 +16,8 @@ MAX_HIDDEN = 5_000  # a population question over more rows than this is not a mi
 class MissingRecord(NoiseSubtype):
     name = "missing_record"
     level = "record"
+    version = 2  # 2: rejected when the noisy data still answers the clean question
+    noisy_data_unanswerable = True
 
     def make(self, con, task, template, rng):
         table, _, _ = evidence_table(task)

@@ -18,6 +18,7 @@ ENTITY_SLOTS = {"stay_id": ("icustays", "stay_id"), "hadm_id": ("admissions", "h
 class NonexistentEntity(NoiseSubtype):
     name = "nonexistent_entity"
     level = "query"
+    version = 2  # 2: identifiers above the largest (same digit count) are candidates too
 
     def applies(self, template):
         return super().applies(template) and any(slot in template.spec.slots for slot in ENTITY_SLOTS)
@@ -26,7 +27,9 @@ class NonexistentEntity(NoiseSubtype):
         slot = next(s for s in ENTITY_SLOTS if s in task.slots)
         table, column = ENTITY_SLOTS[slot]
         low, high = first_row(con, f"SELECT min({column}), max({column}) FROM {table}")
-        # an identifier shaped like the real ones (same number of digits) that no table holds
+        # an identifier shaped like the real ones (as many digits as the largest) that no table holds; dense
+        # identifiers (a generated database numbers its patients consecutively) leave room above the largest
+        high = 10 ** len(str(high)) - 1
         for _ in range(20):
             candidate = int(rng.integers(low, high + 1))
             if not scalar(con, f"SELECT count(*) FROM {table} WHERE {column} = ?", [candidate]):

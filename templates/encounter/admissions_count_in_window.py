@@ -1,0 +1,12 @@
+"""Gold Python: distinct admissions whose admittime falls inside a window of whole days; no admission, no answer."""
+
+import datetime as dt
+
+import polars as pl
+
+
+def gold(tables, slots):
+    start = dt.datetime.combine(slots["window_start"], dt.time())
+    stop = dt.datetime.combine(slots["window_end"], dt.time()) + dt.timedelta(days=1)
+    inside = tables["admissions"].filter((pl.col("admittime") >= start) & (pl.col("admittime") < stop))
+    return inside.select(pl.col("hadm_id").n_unique().alias("value"), pl.len().alias("rows")).filter(pl.col("rows") > 0).select("value")
