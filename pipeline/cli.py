@@ -274,5 +274,18 @@ def _print_release(release: Path) -> None:
               f"(test {pairs['split']['test']:,}, train {pairs['split']['train']:,}, {pairs['split']['per_cell']} per test cell)")
 
 
+def _register_tool_commands() -> None:
+    """Commands whose modules live beside their subsystem (environment, evaluation, training)."""
+    from pipeline.env.cli import serve_command
+    from pipeline.evaluate.cli import eval_command
+    from pipeline.train.cli import sft_command
+
+    app.command("serve")(serve_command)
+    app.command("eval")(eval_command)
+    app.command("sft")(sft_command)
+
+
+_register_tool_commands()
+
 if __name__ == "__main__":  # pragma: no cover
     app()

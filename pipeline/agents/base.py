@@ -1,0 +1,116 @@
+"""The agent interface, what a scripted agent may know (AgentContext), and helpers that act through an episode's tools.
+
+Information boundary. `context_for(release, task_id)` holds what a perfect question parser would extract
+from the question: the task id and question, the template (id, Answer spec, gold SQL template, evidence SQL
+template: template-level knowledge, the same for every task of the template) and the question's slots. It
+also carries the task's hidden label, but `Agent.run` strips it before a non-privileged agent sees the
+context: only an agent whose class sets `privileged = True` (the `oracle`, an upper bound) ever reads it.
+Every agent acts only through the episode's tools (sql / python / schema / answer), so its trajectory is real.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.env.records import ToolResult
+from pipeline.env.verifier import template_of
+from pipeline.release.records import LabelRecord
+from pipeline.templates.answers import AnswerShapeError, AnswerValue, canonical_answer
+from pipeline.templates.instantiate import typed_slots
+from pipeline.templates.render import render_sql
+from pipeline.templates.spec import Template
+
+
+class AgentContext(BaseModel):
+    """What a scripted agent knows about a task; `label` is None for every agent but a privileged one."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    task_id: str
+    question: str
+    template: Template
+    slots: dict[str, Any]
+    label: LabelRecord | None = None
+
+    def public(self) -> AgentContext:
+        """The context without the hidden label: what the question alone tells."""
+        return self.model_copy(update={"label": None})
+
+    def render(self, sql_template: str, slots: dict[str, Any] | None = None) -> str:
+        """A SQL template of this task's template rendered with the question's (or the given) slots."""
+        return render_sql(sql_template, typed_slots(self.template, self.slots if slots is None else slots))
+
+
+def context_for(release, task_id: str) -> AgentContext:
+    """The context of one task of a release (its label stays inside; `Agent.run` strips it for most agents)."""
+    label = release.label(task_id)
+    task = next((t for t in release.tasks() if t.task_id == task_id), None)
+    if task is None:
+        raise ValueError(f"task {task_id!r} is not in the release (it has a label but no agent-visible record)")
+    return AgentContext(task_id=task_id, question=task.question, template=template_of(label),
+                        slots=dict(label.slots), label=label)
+
+
+class Agent:
+    """One agent: `run(episode, context, seed)` calls tools until the episode is done or its turns run out.
+    Subclasses implement `act`; `run` checks the context belongs to the episode and enforces the boundary."""
+
+    name: ClassVar[str]
+    privileged: ClassVar[bool] = False  # True only for an upper bound that may read the hidden label
+
+    def __init__(self, **options: Any):
+        if options:
+            raise TypeError(f"agent {self.name!r} takes no options, got {sorted(options)}")
+
+    def run(self, episode, context: AgentContext, seed: int = 0) -> None:
+        if context.task_id != episode.observation["task_id"]:
+            raise ValueError(f"context of task {context.task_id!r} given for episode "
+                             f"{episode.observation['task_id']!r}")
+        self.act(episode, context if self.privileged else context.public(), seed)
+
+    def act(self, episode, context: AgentContext, seed: int) -> None:
+        raise NotImplementedError
+
+    # --- tools ----------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def sql(episode, query: str) -> pl.DataFrame | None:
+        """The rows of a query through the episode's `sql` tool (None: the gateway refused or failed it)."""
+        if episode.done:
+            return None
+        return result_frame(episode.call("sql", {"query": query}))
+
+    @staticmethod
+    def answer(episode, answer: AnswerValue) -> ToolResult:
+        arguments = {"value": answer.value, "unit": answer.unit, "records": dict(answer.records)}
+        return episode.call("answer", arguments)
+
+    @staticmethod
+    def canonical(frame: pl.DataFrame | None, context: AgentContext) -> AnswerValue:
+        """A result frame as the template's typed answer; no frame, no row, an empty list or a wrong shape is NULL."""
+        if frame is None:
+            return AnswerValue(value=None)
+        try:
+            answer = canonical_answer(frame, context.template.spec.answer)
+        except AnswerShapeError:
+            return AnswerValue(value=None)
+        return AnswerValue(value=None) if is_empty(answer) or is_nan(answer.value) else answer
+
+
+def is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def is_empty(answer: AnswerValue) -> bool:
+    return answer.value is None or answer.value == []
+
+
+def result_frame(result: ToolResult) -> pl.DataFrame | None:
+    """A successful tool result's rows as a polars frame (columns typed by their values)."""
+    if not result.ok:
+        return None
+    data = {c: [row[i] for row in result.rows] for i, c in enumerate(result.columns)}
+    return pl.DataFrame(data, strict=False) if result.columns else pl.DataFrame()

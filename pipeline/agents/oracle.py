@@ -1,0 +1,41 @@
+"""`oracle` (privileged, an upper bound): runs the label's reference program and looks at the evidence it must inspect.
+
+It is the only agent that reads the hidden label: it runs `label.reference_sql` through the sql tool, runs a
+query on the label's inspect table filtered on the inspect filter (so its abstentions are valid), and answers
+with the canonical answer of the reference program's result under the template's Answer spec.
+"""
+
+from __future__ import annotations
+
+from pipeline.agents import register
+from pipeline.agents.base import Agent, AgentContext
+from pipeline.env.verifier import required_pins
+from pipeline.templates.render import sql_literal
+
+
+@register
+class Oracle(Agent):
+    name = "oracle"
+    privileged = True
+
+    def act(self, episode, context: AgentContext, seed: int) -> None:
+        label = context.label
+        if label.inspect:
+            self.sql(episode, inspect_query(label.inspect, context))
+        frame = self.sql(episode, label.reference_sql)
+        self.answer(episode, self.canonical(frame, context))
+
+
+def inspect_query(inspect: dict, context: AgentContext) -> str:
+    """`SELECT count(*) FROM <table> WHERE <each pinned column IN its values>`; a concept pin checks its
+    name in the slot's vocabulary column."""
+    conditions = []
+    for pin in required_pins(inspect, context.template):
+        values = inspect["filter"][pin.key]
+        listed = ", ".join(sql_literal(v) for v in (values if isinstance(values, list) else [values]))
+        if pin.column is not None:
+            conditions.append(f"{pin.column} IN ({listed})")
+        else:
+            table, column = context.template.spec.slots[pin.key].vocabulary.split(".")
+            conditions.append(f"EXISTS (SELECT 1 FROM {table} v WHERE v.{column} IN ({listed}))")
+    return f"SELECT count(*) AS n FROM {inspect['table']} WHERE {' AND '.join(conditions) or 'TRUE'}"

@@ -1,0 +1,166 @@
+"""The SQL gateway: admitted read queries run on a locked, read-only DuckDB cursor with a time limit and a row cap."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import heapq
+import itertools
+import math
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from pipeline.env.sqlcheck import SqlRefused, admit_cached, allowed_functions
+
+DEFAULT_LIMITS = {"row_cap": 500, "seconds": 5.0, "memory_limit": "2GB", "threads": 2}
+MAX_TEXT = 10_000  # characters of one text value returned to the agent
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-query row cap and time limit; per-database memory and threads."""
+
+    row_cap: int = DEFAULT_LIMITS["row_cap"]
+    seconds: float = DEFAULT_LIMITS["seconds"]
+    memory_limit: str = DEFAULT_LIMITS["memory_limit"]
+    threads: int = DEFAULT_LIMITS["threads"]
+
+
+@dataclass
+class QueryOutcome:
+    """A gateway result: column names, JSON-plain rows (at most the cap), whether rows were cut, or an error."""
+
+    ok: bool
+    columns: list[str]
+    rows: list[list[Any]]
+    truncated: bool = False
+    error: str | None = None
+    types: list[str] | None = None
+
+
+class Watchdog:
+    """One thread that interrupts cursors whose query outlives its deadline (a Timer thread per query cost more
+    than a small query)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, duckdb.DuckDBPyConnection]] = []
+        self._live: set[int] = set()
+        self._wake, self._ids = threading.Condition(), itertools.count()
+        threading.Thread(target=self._loop, name="ehrgym-sql-watchdog", daemon=True).start()
+
+    def arm(self, cursor: duckdb.DuckDBPyConnection, seconds: float) -> int:
+        with self._wake:
+            token = next(self._ids)
+            heapq.heappush(self._heap, (time.monotonic() + seconds, token, cursor))
+            self._live.add(token)
+            self._wake.notify()
+        return token
+
+    def disarm(self, token: int) -> None:
+        with self._wake:
+            self._live.discard(token)
+
+    def _loop(self) -> None:
+        with self._wake:
+            while True:
+                while self._heap and self._heap[0][1] not in self._live:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._wake.wait()
+                    continue
+                deadline, token, cursor = self._heap[0]
+                if time.monotonic() < deadline:
+                    self._wake.wait(deadline - time.monotonic())
+                    continue
+                heapq.heappop(self._heap)
+                self._live.discard(token)
+                cursor.interrupt()
+
+
+WATCHDOG = Watchdog()
+
+
+def open_locked(db_path: Path, limits: Limits) -> duckdb.DuckDBPyConnection:
+    """A read-only connection with external access off, memory and threads set, then the configuration locked."""
+    config = {"enable_external_access": False, "memory_limit": limits.memory_limit, "threads": limits.threads,
+              "autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    con = duckdb.connect(str(db_path), read_only=True, config=config)  # an open instance of the file is shared
+    if not con.execute("SELECT current_setting('lock_configuration')").fetchall()[0][0]:
+        con.execute("SET lock_configuration = true")
+    return con
+
+
+def plain(value: Any) -> Any:
+    """A JSON-plain version of a DuckDB value (timestamps as ISO text, decimals as floats, NaN as None)."""
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, (dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return str(value)
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        return value[:MAX_TEXT] + f"...[{len(value) - MAX_TEXT} more characters]"
+    return value
+
+
+def _clean_error(err: Exception) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return text.replace("view", "table").replace("View", "Table")[:300]
+
+
+class Gateway:
+    """Runs admitted queries for one episode on its own cursor (which carries the episode's overlay)."""
+
+    def __init__(self, cursor: duckdb.DuckDBPyConnection, tables: list[str], functions: frozenset[str], limits: Limits):
+        self.cursor, self.tables, self.functions, self.limits = cursor, frozenset(tables), functions, limits
+
+    @classmethod
+    def functions_of(cls, con: duckdb.DuckDBPyConnection) -> frozenset[str]:
+        return allowed_functions(con)
+
+    def run(self, sql: str) -> QueryOutcome:
+        """Admit and run `sql`; every failure comes back as an outcome with an error, never as an exception."""
+        if not isinstance(sql, str):
+            return QueryOutcome(False, [], [], error="query must be a string")
+        try:
+            text = admit_cached(sql, self.tables, self.functions)
+        except SqlRefused as err:
+            return QueryOutcome(False, [], [], error=str(err))
+        except (RecursionError, Exception) as err:  # a parser failure on hostile input must stay a tool error
+            return QueryOutcome(False, [], [], error=f"could not check the query ({type(err).__name__})")
+        return self._execute(text)
+
+    def _execute(self, text: str) -> QueryOutcome:
+        token = WATCHDOG.arm(self.cursor, self.limits.seconds)
+        try:
+            result = self.cursor.execute(text)
+            columns = [d[0] for d in result.description or []]
+            types = [str(d[1]) for d in result.description or []]
+            rows = result.fetchmany(self.limits.row_cap + 1)
+        except duckdb.InterruptException:
+            return QueryOutcome(False, [], [], error=f"query exceeded the time limit of {self.limits.seconds:g} s")
+        except (duckdb.Error, RuntimeError, ValueError, OverflowError, MemoryError) as err:
+            return QueryOutcome(False, [], [], error=_clean_error(err))
+        finally:
+            WATCHDOG.disarm(token)
+        cut = len(rows) > self.limits.row_cap
+        return QueryOutcome(True, columns, [[plain(v) for v in row] for row in rows[: self.limits.row_cap]], cut,
+                            types=types)

@@ -1,0 +1,141 @@
+"""Open a published release against its source database: checked files, agent-visible tasks, hidden labels, episodes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pipeline.env.gateway import Gateway, Limits, open_locked
+from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord
+
+
+class ReleaseError(ValueError):
+    """The release folder or the source database does not match the manifest."""
+
+
+def _read_manifest(root: Path) -> dict[str, Any]:
+    path = root / "manifest.json"
+    if not path.is_file():
+        raise ReleaseError(f"{path}: no manifest.json; is {root} a release folder?")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ReleaseError(f"{path}: not valid JSON ({err})") from None
+
+
+def _check_hashes(root: Path, manifest: dict[str, Any]) -> None:
+    files = manifest.get("files") or {}
+    for name in ("tasks.jsonl", "labels.jsonl", "patches/patches.jsonl"):
+        if name not in files:
+            raise ReleaseError(f"{root / 'manifest.json'}: 'files' has no entry for {name}")
+    for name, entry in files.items():
+        path = root / name
+        if not path.is_file():
+            raise ReleaseError(f"{path}: listed in the manifest but missing")
+        if hashlib.sha256(path.read_bytes()).hexdigest() != entry["sha256"]:
+            raise ReleaseError(f"{path}: sha256 differs from manifest.json (the release was modified)")
+
+
+def _jsonl(path: Path, model: type) -> list:
+    out = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            out.append(model.model_validate_json(line))
+        except ValueError as err:
+            raise ReleaseError(f"{path}:{number}: not a {model.__name__}: {str(err).splitlines()[0]}") from None
+    return out
+
+
+def _check_source(con, manifest: dict[str, Any], db: Path, fingerprint: bool) -> None:
+    from pipeline.build import source_fingerprint  # heavy import, only when a release opens
+
+    expected = manifest.get("source") or {}
+    found = source_fingerprint(con) if fingerprint else None
+    rows = found["rows"] if found else {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+                                          for t in expected.get("rows", {})}
+    for table, count in (expected.get("rows") or {}).items():
+        if rows.get(table) != count:
+            raise ReleaseError(f"{db}: table {table} has {rows.get(table)} rows, the release expects {count}")
+    if found and found["fingerprint"] != expected.get("fingerprint"):
+        raise ReleaseError(f"{db}: source fingerprint {found['fingerprint'][:12]} differs from the release's "
+                           f"{str(expected.get('fingerprint'))[:12]}: not the database this release was built on")
+
+
+class Release:
+    """A release opened on its source: tasks (agent-visible), labels (server side only) and episodes."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any], tasks: list[TaskRecord], labels: list[LabelRecord],
+                 patches: list[PatchRecord], con, limits: Limits):
+        self.root, self.manifest, self.limits, self._con = root, manifest, limits, con
+        self._tasks = sorted(tasks, key=lambda t: t.task_id)
+        self._by_id = {t.task_id: t for t in self._tasks}
+        self._labels = {lab.task_id: lab for lab in labels}
+        self._patches = {p.noise_task_id: p.patch for p in patches}
+        self.functions = Gateway.functions_of(con)
+
+    @classmethod
+    def open(cls, release_dir: Path, source_db: Path, limits: Limits | None = None,
+             check_fingerprint: bool = True) -> Release:
+        """Read and check a release folder, and open its source read-only and locked."""
+        root, db = Path(release_dir), Path(source_db)
+        manifest = _read_manifest(root)
+        _check_hashes(root, manifest)
+        if not db.is_file():
+            raise ReleaseError(f"{db}: source database not found")
+        tasks, labels = _jsonl(root / "tasks.jsonl", TaskRecord), _jsonl(root / "labels.jsonl", LabelRecord)
+        patches = _jsonl(root / "patches" / "patches.jsonl", PatchRecord)
+        limits = limits or Limits()
+        con = open_locked(db, limits)
+        try:
+            _check_source(con, manifest, db, check_fingerprint)
+        except BaseException:
+            con.close()
+            raise
+        return cls(root, manifest, tasks, labels, patches, con, limits)
+
+    @property
+    def version(self) -> str:
+        return str(self.manifest.get("version", self.root.name))
+
+    def tasks(self, split: str | None = None) -> list[TaskRecord]:
+        """Agent-visible records in task-id order, optionally of one split."""
+        if split is None:
+            return list(self._tasks)
+        splits = sorted({t.split for t in self._tasks})
+        if split not in splits:
+            raise ValueError(f"release {self.version} has no split {split!r}; it has {splits}")
+        return [t for t in self._tasks if t.split == split]
+
+    def task(self, task_id: str) -> TaskRecord:
+        if task_id not in self._by_id:
+            raise KeyError(f"release {self.version} has no task {task_id!r}")
+        return self._by_id[task_id]
+
+    def label(self, task_id: str) -> LabelRecord:
+        """The hidden label of a task (server side only)."""
+        if task_id not in self._labels:
+            raise KeyError(f"release {self.version} has no label for task {task_id!r}")
+        return self._labels[task_id]
+
+    def episode(self, task_id: str, max_turns: int = 30):
+        """A fresh episode of the task: its own cursor, with the task's patch applied as an overlay if it has one."""
+        from pipeline.env.episode import Episode
+
+        return Episode(self.task(task_id), self._con.cursor(), self._patches.get(task_id), self.functions,
+                       self.limits, max_turns)
+
+    def source_cursor(self):
+        """A plain cursor on the source (server side only: no gateway, no overlay). DuckDB refuses a second
+        connection to the same file with another configuration in one process, so raw reads go through this."""
+        return self._con.cursor()
+
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> Release:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

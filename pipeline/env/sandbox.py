@@ -1,0 +1,178 @@
+"""The Python tool: agent code runs in a limited child process that reaches the data only through the gateway.
+
+The child gets a cleared environment, a fresh scratch folder as cwd (removed afterwards), CPU-time, address-space,
+file-size and process limits, a wall-clock kill, no network (a new user + network + pid namespace when
+`unshare` works here) and an audit hook refusing sockets, subprocesses, ctypes and file access outside scratch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from pipeline.env.gateway import QueryOutcome
+
+CHILD_SOURCE = Path(__file__).with_name("sandbox_child.py")
+MAX_MESSAGE = 8 << 20  # bytes of one channel message
+UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--mount-proc", "--kill-child"]
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of one Python tool call."""
+
+    cpu_seconds: int = 10
+    wall_seconds: float = 20.0
+    memory_bytes: int = 2 << 30
+    file_bytes: int = 16 << 20
+    output_chars: int = 20_000
+
+
+@cache
+def namespaces_available() -> bool:
+    """Whether unprivileged `unshare` (user, net, pid namespaces) works on this machine."""
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        return subprocess.run([*UNSHARE, "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _rlimits(limits: SandboxLimits) -> dict[str, tuple[int, int]]:
+    return {"cpu": (limits.cpu_seconds, limits.cpu_seconds + 1), "as": (limits.memory_bytes, limits.memory_bytes),
+            "fsize": (limits.file_bytes, limits.file_bytes), "nofile": (64, 64), "core": (0, 0)}
+
+
+def _preexec(limits: SandboxLimits) -> Callable[[], None] | None:
+    """Limits set between fork and exec, only where `prlimit` is missing (preexec_fn is fragile with threads)."""
+    if shutil.which("prlimit"):
+        return None
+    names = {"cpu": resource.RLIMIT_CPU, "as": resource.RLIMIT_AS, "fsize": resource.RLIMIT_FSIZE,
+             "nofile": resource.RLIMIT_NOFILE, "core": resource.RLIMIT_CORE}
+    return lambda: [resource.setrlimit(names[k], v) for k, v in _rlimits(limits).items()] and None
+
+
+def _command(limits: SandboxLimits | None = None) -> list[str]:
+    """prlimit (when present) -> unshare (when it works) -> `python -I -c <child source>`."""
+    child = [sys.executable, "-I", "-c", CHILD_SOURCE.read_text()]
+    wrapped = [*UNSHARE, *child] if namespaces_available() else child
+    if shutil.which("prlimit") is None:
+        return wrapped
+    options = [f"--{name}={soft}:{hard}" for name, (soft, hard) in _rlimits(limits or SandboxLimits()).items()]
+    return ["prlimit", *options, "--", *wrapped]
+
+
+def _environment(limits: SandboxLimits) -> dict[str, str]:
+    return {"POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1", "EHRGYM_OUTPUT_CAP": str(limits.output_chars),
+            "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+
+
+def _reply(outcome: QueryOutcome) -> dict:
+    return {"ok": outcome.ok, "columns": outcome.columns, "types": outcome.types, "rows": outcome.rows,
+            "truncated": outcome.truncated, "error": outcome.error}
+
+
+class _Session:
+    """One child process and its JSON-line channel; every read and write respects the wall-clock deadline."""
+
+    def __init__(self, process: subprocess.Popen, deadline: float):
+        self.process, self.deadline, self.buffer = process, deadline, b""
+        self.fd = process.stdout.fileno()
+        os.set_blocking(self.fd, False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.fd, selectors.EVENT_READ)
+
+    def send(self, message: dict) -> None:
+        """Write in a helper thread: a child that stops reading must not block the parent past the deadline."""
+        writer = threading.Thread(target=self._write, args=(json.dumps(message).encode() + b"\n",), daemon=True)
+        writer.start()
+        writer.join(max(0.0, self.deadline - time.monotonic()))
+        if writer.is_alive():
+            raise TimeoutError("the sandbox stopped reading its channel")
+
+    def _write(self, data: bytes) -> None:
+        try:
+            self.process.stdin.write(data)
+            self.process.stdin.flush()
+        except (OSError, ValueError):
+            pass  # the child is gone; the reader sees it
+
+    def _line(self) -> bytes | None:
+        while b"\n" not in self.buffer:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0 or len(self.buffer) > MAX_MESSAGE or not self.selector.select(remaining):
+                return None
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line
+
+    def receive(self) -> dict | None:
+        """The next message, or None on timeout, exit or garbage (the child is then killed by the caller)."""
+        line = self._line()
+        try:
+            message = json.loads(line) if line else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        return message if isinstance(message, dict) else None
+
+
+def _converse(session: _Session, code: str, query: Callable[[str], QueryOutcome]) -> tuple[bool, str] | None:
+    session.send({"code": code})
+    while True:
+        message = session.receive()
+        if message is None:
+            return None
+        if message.get("done"):
+            return bool(message.get("ok")), str(message.get("output", ""))
+        session.send(_reply(query(str(message.get("sql", "")))))
+
+
+def _kill(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+
+
+def _failure(limits: SandboxLimits, started: float) -> str:
+    if time.monotonic() - started >= limits.wall_seconds:
+        return f"the code was stopped at the wall-clock limit of {limits.wall_seconds:g} s"
+    return (f"the code was stopped: it exceeded a sandbox limit (CPU {limits.cpu_seconds} s, memory "
+            f"{limits.memory_bytes >> 20} MB, file size {limits.file_bytes >> 20} MB) or broke the tool's channel")
+
+
+def run_code(code: str, query: Callable[[str], QueryOutcome], limits=None) -> tuple[bool, str]:
+    """Run agent code; `query` serves its sql() calls. Returns (ok, printed output or the error)."""
+    limits = limits if isinstance(limits, SandboxLimits) else SandboxLimits()
+    scratch, started = tempfile.mkdtemp(prefix="ehrgym-py-"), time.monotonic()
+    try:
+        process = subprocess.Popen(_command(limits), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, cwd=scratch, env=_environment(limits),
+                                   preexec_fn=_preexec(limits), start_new_session=True, close_fds=True)
+        try:
+            result = _converse(_Session(process, started + limits.wall_seconds), code, query)
+        except (OSError, TimeoutError):
+            result = None
+        finally:
+            _kill(process)
+        return result if result is not None else (False, _failure(limits, started))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,113 @@
+"""The four agent tools as typed signatures: one source for argument checking and the OpenAI function specs."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+Scalar = float | int | str | bool
+
+
+def sql(query: str) -> None:
+    """Run one read-only SQL query (DuckDB dialect) over this task's tables and return the rows.
+
+    Args:
+        query: a single SELECT statement (CTEs allowed); tables are referred to by their plain names.
+    """
+
+
+def python(code: str) -> None:
+    """Run Python code in a sandbox and return what it prints; `sql(query)` inside returns a polars DataFrame.
+
+    Args:
+        code: Python source; polars is imported as `pl`; print what you want to read.
+    """
+
+
+def schema(table: str | None = None) -> None:
+    """List the tables and their columns, or the columns and types of one table.
+
+    Args:
+        table: a table name; omit it to list every table.
+    """
+
+
+def answer(value: Scalar | list[Scalar] | None, unit: str | None = None,
+           records: dict[str, Any] | None = None) -> None:
+    """Give the final answer and end the episode; value null means the record does not support an answer.
+
+    Args:
+        value: the answer (number, text, true/false, or a list); null when the data does not support one.
+        unit: the unit of a numeric answer, when the question has one.
+        records: the associated records the question asks for, e.g. {"charttime": "...", "itemid": 50912}.
+    """
+
+
+TOOLS: dict[str, Callable[..., None]] = {f.__name__: f for f in (sql, python, schema, answer)}
+
+
+def _doc_parts(func: Callable) -> tuple[str, dict[str, str]]:
+    doc = inspect.getdoc(func) or ""
+    summary = doc.split("\n\n")[0].replace("\n", " ").strip()
+    params = dict(re.findall(r"^\s+(\w+): (.+)$", doc.split("Args:")[-1], flags=re.M)) if "Args:" in doc else {}
+    return summary, params
+
+
+@cache
+def arguments_model(name: str) -> type[BaseModel]:
+    """A strict pydantic model of the tool's arguments, built from its signature."""
+    func = TOOLS[name]
+    _, described = _doc_parts(func)
+    fields: dict[str, Any] = {}
+    for param in inspect.signature(func, eval_str=True).parameters.values():
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (param.annotation, Field(default, description=described.get(param.name, "")))
+    return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+
+
+def _strip_titles(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _strip_titles(v) for k, v in node.items() if k != "title"}
+    if isinstance(node, list):
+        return [_strip_titles(v) for v in node]
+    return node
+
+
+def openai_spec(name: str) -> dict[str, Any]:
+    """The tool in the OpenAI function-calling format."""
+    summary, _ = _doc_parts(TOOLS[name])
+    parameters = _strip_titles(arguments_model(name).model_json_schema())
+    parameters["additionalProperties"] = False
+    return {"type": "function", "function": {"name": name, "description": summary, "parameters": parameters}}
+
+
+@cache
+def _specs() -> tuple[dict[str, Any], ...]:
+    return tuple(openai_spec(name) for name in TOOLS)
+
+
+def tool_specs() -> list[dict[str, Any]]:
+    """The four tools in the OpenAI format (built once; treat the dicts as read-only)."""
+    return list(_specs())
+
+
+class BadArguments(ValueError):
+    """Arguments that do not fit the tool's signature."""
+
+
+def parse_arguments(name: str, arguments: Any) -> dict[str, Any]:
+    """The validated arguments of a call, or BadArguments naming the tool and the problem."""
+    if name not in TOOLS:
+        raise BadArguments(f"unknown tool {name!r}; the tools are {', '.join(TOOLS)}")
+    if not isinstance(arguments, dict):
+        raise BadArguments(f"arguments of {name} must be a JSON object, got {type(arguments).__name__}")
+    try:
+        return dict(arguments_model(name).model_validate(arguments))
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in err.errors())
+        raise BadArguments(f"bad arguments for {name}: {problems}") from None

@@ -1,0 +1,343 @@
+"""The deterministic verifier: Answer Match and Abstention Validity of one episode's trajectory against its label.
+
+Answer Match compares the final answer with the label's expected answer under the template's Answer spec
+(numbers within the tolerance, units normalised through `unit_aliases.yaml`, lists as multisets unless
+ordered, the associated records with datetimes and numbers normalised). A repair contract is matched against
+its repaired expected value. Abstention Validity holds for an expected NULL when the answer is NULL and a
+successful gateway statement (via `sql` or `python`) read the label's inspect table with a predicate pinning
+each inspect filter column to its value (`col = v`, `v = col`, `col IN (.., v, ..)`, qualified or not).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import sqlglot
+import yaml
+from pydantic import BaseModel, ConfigDict
+from sqlglot import expressions as exp
+
+from pipeline.env.records import Trajectory
+from pipeline.release.records import LabelRecord
+from pipeline.source.schema import load_schema
+from pipeline.templates.answers import AnswerValue
+from pipeline.templates.registry import load_templates
+from pipeline.templates.spec import Answer, AnswerType, Template
+
+_NUMBER_EPSILON = 1e-9  # floating-point slack on top of the template's tolerance
+_RECORD_TOLERANCE = 1e-6
+
+
+class Verdict(BaseModel):
+    """One episode's verdict: passed, the two rules (None where a rule does not apply) and what failed."""
+
+    model_config = ConfigDict(extra="forbid")
+    passed: bool
+    answer_match: bool | None
+    abstention_valid: bool | None
+    reasons: list[str] = []
+
+
+def verify(label: LabelRecord, trajectory: Trajectory, template: Template | None = None) -> Verdict:
+    """Score a trajectory against its label; `template` defaults to the registry's template of the label."""
+    if trajectory.task_id != label.task_id:
+        raise ValueError(f"trajectory of task {trajectory.task_id!r} cannot be verified against the label of "
+                         f"task {label.task_id!r}")
+    template = template or template_of(label)
+    answer = trajectory.answer
+    if answer is None:
+        why = "the episode ran out of turns" if trajectory.truncated else "the episode ended"
+        return Verdict(passed=False, answer_match=False, abstention_valid=None,
+                       reasons=[f"no answer: {why} without an answer call"])
+    if label.expected.value is None:
+        return _verify_abstention(label, trajectory, template)
+    reasons = answer_mismatches(label.expected, answer, template.spec.answer)
+    return Verdict(passed=not reasons, answer_match=not reasons, abstention_valid=None, reasons=reasons)
+
+
+def _verify_abstention(label: LabelRecord, trajectory: Trajectory, template: Template) -> Verdict:
+    answered = trajectory.answer.value
+    reasons = [] if answered is None else [
+        f"expected NULL ({label.contract}: the record does not support an answer), got {answered!r}"]
+    if label.inspect is None:
+        return Verdict(passed=not reasons, answer_match=not reasons, abstention_valid=None,
+                       reasons=reasons + ["label has no inspect target: abstention validity not checked"])
+    missing = uninspected(label.inspect, trajectory, template)
+    if missing:
+        reasons.append(missing)
+    return Verdict(passed=not reasons, answer_match=answered is None, abstention_valid=not missing, reasons=reasons)
+
+
+@cache
+def _templates() -> dict[str, Template]:
+    return {t.id: t for t in load_templates()}
+
+
+def registry_template(template_id: str) -> Template:
+    """A template of the registry by id (loaded once); an unknown id raises ValueError naming it."""
+    if template_id not in _templates():
+        raise ValueError(f"template {template_id!r} is not in the template registry")
+    return _templates()[template_id]
+
+
+def template_of(label: LabelRecord) -> Template:
+    """The registry's template of a label; a missing template or another version raises ValueError."""
+    if label.template_id not in _templates():
+        raise ValueError(f"task {label.task_id}: template {label.template_id!r} is not in the template registry")
+    template = _templates()[label.template_id]
+    if template.spec.version != label.template_version:
+        raise ValueError(f"task {label.task_id}: label has template {label.template_id!r} v{label.template_version}, "
+                         f"the registry has v{template.spec.version}")
+    return template
+
+
+# --- Answer Match ------------------------------------------------------------------------------------------
+
+def answer_mismatches(expected: AnswerValue, got: AnswerValue, spec: Answer) -> list[str]:
+    """What differs between the expected and the given answer (empty: they match)."""
+    if got.value is None:
+        return [f"answered NULL, but the record supports an answer: expected {expected.value!r}"]
+    reasons = []
+    if not _values_match(expected.value, got.value, spec):
+        reasons.append(f"value {got.value!r} does not match expected {expected.value!r}" + _tolerance_note(spec))
+    if expected.unit is not None and normal_unit(got.unit) != normal_unit(expected.unit):
+        reasons.append(f"unit {got.unit!r} does not match expected {expected.unit!r}")
+    for column, value in sorted(expected.records.items()):
+        if column not in got.records:
+            reasons.append(f"record {column!r} missing: expected {value!r}")
+        elif not _same_scalar(value, got.records[column], _RECORD_TOLERANCE):
+            reasons.append(f"record {column!r} is {got.records[column]!r}, expected {value!r}")
+    return reasons
+
+
+def _tolerance_note(spec: Answer) -> str:
+    return f" (tolerance {spec.tolerance})" if spec.type is AnswerType.number else ""
+
+
+def _values_match(expected: Any, got: Any, spec: Answer) -> bool:
+    kind = spec.type
+    if kind is AnswerType.list:
+        if not isinstance(got, list) or not isinstance(expected, list):
+            return False
+        left, right = [_list_item(v) for v in expected], [_list_item(v) for v in got]
+        return left == right if spec.ordered else Counter(left) == Counter(right)
+    if kind is AnswerType.number:
+        a, b = _as_number(expected), _as_number(got)
+        return a is not None and b is not None and abs(a - b) <= spec.tolerance + _NUMBER_EPSILON
+    if kind is AnswerType.count:
+        a, b = _as_number(expected), _as_number(got)
+        return a is not None and b is not None and a == b
+    if kind is AnswerType.boolean:
+        return _as_bool(expected) is not None and _as_bool(expected) == _as_bool(got)
+    if kind is AnswerType.datetime:
+        return _same_time(expected, got)
+    return _normal_text(expected) == _normal_text(got)
+
+
+def _same_scalar(expected: Any, got: Any, tolerance: float) -> bool:
+    """Record values: numbers within the tolerance, datetimes by instant, other values as normalised text."""
+    if expected is None or got is None:
+        return expected is None and got is None
+    a, b = _as_number(expected), _as_number(got)
+    if a is not None and b is not None:
+        return abs(a - b) <= tolerance
+    if _as_time(expected) is not None:
+        return _same_time(expected, got)
+    return _normal_text(expected) == _normal_text(got)
+
+
+def _list_item(value: Any) -> Any:
+    number = _as_number(value)
+    return round(number, 6) if number is not None else _normal_text(value)
+
+
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return None if math.isnan(value) else float(value)
+    try:
+        return float(str(value).strip().replace(",", ""))
+    except ValueError:
+        return None
+
+
+_TRUE, _FALSE = {"true", "yes", "1", "t", "y"}, {"false", "no", "0", "f", "n"}
+
+
+def _as_bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    text = _normal_text(value)
+    return True if text in _TRUE else False if text in _FALSE else None
+
+
+def _as_time(value: Any) -> dt.datetime | None:
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=None)
+    if isinstance(value, dt.date):
+        return dt.datetime(value.year, value.month, value.day)
+    try:
+        return dt.datetime.fromisoformat(str(value).strip().replace("T", " ")).replace(tzinfo=None)
+    except ValueError:
+        return None
+
+
+def _same_time(expected: Any, got: Any) -> bool:
+    """Equal instants (a date is its midnight); text that is no datetime is compared as text."""
+    a, b = _as_time(expected), _as_time(got)
+    if a is None or b is None:
+        return _normal_text(expected) == _normal_text(got)
+    return a == b
+
+
+def _normal_text(value: Any) -> str:
+    return re.sub(r"\s+", " ", str(value)).strip().casefold()
+
+
+@cache
+def _unit_aliases() -> dict[str, str]:
+    raw = yaml.safe_load(resources.files("pipeline.env").joinpath("unit_aliases.yaml").read_text())
+    return {_squeeze(alias): _squeeze(canonical)
+            for canonical, aliases in raw.items() for alias in [canonical, *aliases]}
+
+
+def _squeeze(unit: Any) -> str:
+    return re.sub(r"\s+", "", str(unit)).casefold()
+
+
+def normal_unit(unit: Any) -> str | None:
+    """A unit's canonical spelling (case, whitespace and the alias table); None stays None."""
+    if unit is None or str(unit).strip() == "":
+        return None
+    squeezed = _squeeze(unit)
+    return _unit_aliases().get(squeezed, squeezed)
+
+
+# --- Abstention Validity -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Pin:
+    """A filter an evidence-reading statement must hold: `column` (None: any column) equal to one of `values`."""
+
+    key: str
+    column: str | None
+    values: tuple[str, ...]
+
+    def describe(self, table: str) -> str:
+        target = f"{table}.{self.column}" if self.column else f"a column ({self.key})"
+        shown = self.values[0] if len(self.values) == 1 else f"one of {list(self.values)}"
+        return f"{target} = {shown}"
+
+
+def required_pins(inspect: dict[str, Any], template: Template | None) -> list[Pin]:
+    """The inspect filter as pins: keys that are columns of the table pin that column; a concept slot of the
+    template (one with a vocabulary, e.g. `lab_label`) pins its name on any column (a joined dictionary);
+    other keys (thresholds, counts, units) are question parameters, not the entity, and pin nothing."""
+    table = _inspect_table(inspect)
+    columns = set(load_schema()[table].column_names)
+    slots = template.spec.slots if template else {}
+    pins = []
+    for key, value in sorted(inspect.get("filter", {}).items()):
+        values = tuple(_literal_text(v) for v in (value if isinstance(value, list) else [value]))
+        if key in columns:
+            pins.append(Pin(key, key, values))
+        elif key in slots and slots[key].vocabulary:
+            pins.append(Pin(key, None, values))
+    return pins
+
+
+def _inspect_table(inspect: dict[str, Any]) -> str:
+    table = inspect.get("table")
+    if table not in load_schema():
+        raise ValueError(f"inspect target names table {table!r}, which is not a MIMIC-IV table (inspect: {inspect})")
+    return table
+
+
+def uninspected(inspect: dict[str, Any], trajectory: Trajectory, template: Template | None) -> str | None:
+    """None when some successful statement read the inspect table with every pin; else what is missing."""
+    table, pins = _inspect_table(inspect), required_pins(inspect, template)
+    best: list[Pin] | None = None
+    for call in trajectory.calls:
+        for query in call.queries:
+            if not query.ok:
+                continue
+            unmet = _unmet_pins(query.sql, table, pins)
+            if unmet is not None and (best is None or len(unmet) < len(best)):
+                best = unmet
+            if unmet == []:
+                return None
+    if best is None:
+        return f"abstention not supported by the trace: no successful query read table {table!r}"
+    missing = "; ".join(p.describe(table) for p in best)
+    return f"abstention not supported by the trace: no successful query on {table!r} filtered {missing}"
+
+
+def _unmet_pins(sql: str, table: str, pins: list[Pin]) -> list[Pin] | None:
+    """The pins this statement does not hold (None: it does not read `table` or does not parse)."""
+    try:
+        tree = sqlglot.parse_one(sql, dialect="duckdb")
+    except sqlglot.errors.SqlglotError:
+        return None
+    names = {t.alias_or_name for t in tree.find_all(exp.Table) if t.name == table} | {table}
+    if not any(t.name == table for t in tree.find_all(exp.Table)):
+        return None
+    columns = set(load_schema()[table].column_names)
+    found = list(_equalities(tree))
+    return [p for p in pins if not any(_holds(p, q, c, v, names, columns) for q, c, v in found)]
+
+
+def _holds(pin: Pin, qualifier: str, column: str, value: str, names: set[str], columns: set[str]) -> bool:
+    if value not in pin.values:
+        return False
+    if pin.column is None:
+        return True
+    return column == pin.column and (qualifier in names or (qualifier == "" and column in columns))
+
+
+def _equalities(tree: exp.Expression):
+    """(qualifier, column, literal) for every `col = lit`, `lit = col`, `col IN (lits)` and wildcard-free LIKE."""
+    for node in tree.find_all(exp.EQ, exp.In, exp.Like, exp.ILike):
+        if isinstance(node, exp.In):
+            column = _column(node.this)
+            literals = [_literal(e) for e in node.expressions]
+            if column is not None:
+                yield from ((column[0], column[1], lit) for lit in literals if lit is not None)
+            continue
+        for left, right in ((node.this, node.expression), (node.expression, node.this)):
+            column, literal = _column(left), _literal(right)
+            pattern = isinstance(node, exp.Like | exp.ILike) and literal is not None and "%" in literal
+            if column is not None and literal is not None and not pattern:
+                yield column[0], column[1], literal
+
+
+_WRAPPERS = (exp.Lower, exp.Upper, exp.Trim, exp.Cast, exp.TryCast, exp.Paren)
+
+
+def _column(node: exp.Expression) -> tuple[str, str] | None:
+    while isinstance(node, _WRAPPERS):
+        node = node.this
+    return (node.table, node.name) if isinstance(node, exp.Column) else None
+
+
+def _literal(node: exp.Expression) -> str | None:
+    while isinstance(node, _WRAPPERS):
+        node = node.this
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
+        return _literal_text("-" + node.this.this)
+    return _literal_text(node.this) if isinstance(node, exp.Literal) else None
+
+
+def _literal_text(value: Any) -> str:
+    """A filter value or SQL literal as comparable text (numbers in one spelling; text case-folded)."""
+    number = _as_number(value) if not isinstance(value, str) or re.fullmatch(r"-?\d+(\.\d+)?", value.strip()) else None
+    if number is not None:
+        return repr(int(number)) if number == int(number) else repr(number)
+    return str(value).casefold()

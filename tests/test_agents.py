@@ -1,0 +1,160 @@
+"""The baseline agents on a demo release: registry, information boundary, determinism and the pass-rate targets."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from pipeline.agents import agent_names, get_agent
+from pipeline.agents.base import Agent, context_for
+from pipeline.env.verifier import verify
+
+SCRIPTED = ("oracle", "literal", "relaxing", "cautious")
+
+
+class _SkippedGate:
+    """The pair gate (Great Expectations) is tested elsewhere; these tests need only the release files."""
+
+    def to_json_dict(self) -> dict:
+        return {"gate": "skipped by tests/test_agents.py"}
+
+
+@pytest.fixture(scope="module")
+def release(demo_db: Path, tmp_path_factory: pytest.TempPathFactory):
+    from pipeline.build import BuildConfig, run_build
+    from pipeline.env.release import Release
+
+    started = time.perf_counter()
+    root = run_build(BuildConfig(db=demo_db, releases_dir=tmp_path_factory.mktemp("agents"), version="agents-v1",
+                                 per_template=1), gate=lambda *_: _SkippedGate())
+    print(f"\ndemo release for the agents built in {time.perf_counter() - started:.1f} s")
+    opened = Release.open(root, demo_db)
+    yield opened
+    opened.close()
+
+
+def run_agent(release, name: str, task_id: str, seed: int = 0):
+    episode = release.episode(task_id)
+    try:
+        get_agent(name).run(episode, context_for(release, task_id), seed=seed)
+        return episode.trajectory(name)
+    finally:
+        episode.close()
+
+
+@pytest.fixture(scope="module")
+def rates(release) -> dict[str, dict[str, list[int]]]:
+    """{agent: {"clean" | "noise" | "noise/<level>" | "noise/<level>/<sub-type>": [passed, total]}} over every task."""
+    table: dict[str, dict[str, list[int]]] = {}
+    for name in SCRIPTED:
+        counts, started = defaultdict(lambda: [0, 0]), time.perf_counter()
+        for task in release.tasks():
+            label = release.label(task.task_id)
+            verdict = verify(label, run_agent(release, name, task.task_id))
+            keys = [label.condition] + ([f"noise/{label.level}", f"noise/{label.level}/{label.subtype}"]
+                                        if label.condition == "noise" else [])
+            for key in keys:
+                counts[key][0] += verdict.passed
+                counts[key][1] += 1
+        table[name] = dict(counts)
+        print(f"\n{name}: {len(release.tasks())} episodes in {time.perf_counter() - started:.1f} s")
+        for key, (passed, total) in sorted(counts.items()):
+            print(f"  {key:45s} {passed:3d}/{total:3d} = {passed / total:.0%}")
+    return table
+
+
+def rate(table: dict, key: str) -> float:
+    passed, total = table[key]
+    return passed / total
+
+
+def test_registry_names_and_errors():
+    assert {"oracle", "literal", "relaxing", "cautious", "llm"} <= set(agent_names())
+    assert agent_names() == sorted(agent_names())
+    assert get_agent("cautious").name == "cautious"
+    with pytest.raises(ValueError, match="unknown agent 'nope'"):
+        get_agent("nope")
+
+
+def test_only_the_oracle_sees_the_label(release):
+    seen = {}
+
+    class Spy(Agent):
+        name = "spy"
+
+        def act(self, episode, context, seed):
+            seen["label"] = context.label
+            self.answer(episode, self.canonical(None, context))
+
+    task_id = release.tasks()[0].task_id
+    context = context_for(release, task_id)
+    assert context.label is not None and context.label.task_id == task_id  # the label stays inside the context
+    episode = release.episode(task_id)
+    Spy().run(episode, context)
+    episode.close()
+    assert seen["label"] is None
+    assert get_agent("oracle").privileged
+    assert not any(get_agent(n).privileged for n in ("literal", "relaxing", "cautious", "llm"))
+
+
+def test_a_context_for_another_task_is_refused(release):
+    first, second = (t.task_id for t in release.tasks()[:2])
+    episode = release.episode(first)
+    with pytest.raises(ValueError, match="given for episode"):
+        get_agent("literal").run(episode, context_for(release, second))
+    episode.close()
+
+
+def test_agents_act_only_through_tools_and_are_deterministic(release):
+    task_ids = [t.task_id for t in release.tasks()[:6]]
+    for name in ("relaxing", "cautious"):
+        for task_id in task_ids:
+            without_time = {"calls": {"__all__": {"seconds"}}}
+            runs = [run_agent(release, name, task_id).model_dump(exclude=without_time) for _ in range(2)]
+            assert runs[0] == runs[1], (name, task_id)
+            assert runs[0]["answer"] is not None and runs[0]["calls"][-1]["tool"] == "answer"
+            assert all(call["tool"] in ("sql", "answer") for call in runs[0]["calls"])
+
+
+def test_oracle_passes_every_task(rates):
+    assert rate(rates["oracle"], "clean") == 1.0
+    assert rate(rates["oracle"], "noise") == 1.0
+
+
+def test_relaxing_answers_clean_tasks_and_falls_for_noise(rates):
+    assert rate(rates["relaxing"], "clean") == 1.0
+    assert rate(rates["relaxing"], "noise") <= 0.10
+
+
+def test_cautious_abstains_or_repairs_on_noise_and_answers_clean(rates):
+    assert rate(rates["cautious"], "noise") >= 0.80
+    assert rate(rates["cautious"], "clean") >= 0.95
+
+
+def test_literal_is_measured_per_level_and_subtype(rates):
+    literal = rates["literal"]
+    assert rate(literal, "clean") == 1.0  # the clean gold SQL on the clean data is the expected answer
+    assert rate(literal, "noise") < 1.0  # ... and some noise catches a literal reader
+    levels = {key.split("/")[1] for key in literal if key.startswith("noise/")}
+    assert levels <= {"record", "value", "query"} and len(levels) >= 2
+    assert sum(total for key, (_, total) in literal.items() if key.count("/") == 2) == literal["noise"][1]
+
+
+def test_llm_agent_plays_a_real_episode(release):
+    from test_llm_agent import ScriptedServer, tool_call
+
+    task_id = release.tasks()[0].task_id
+    script = [tool_call("c1", "sql", {"query": "SELECT count(*) AS n FROM patients"}),
+              tool_call("c2", "answer", {"value": None})]
+    episode = release.episode(task_id)
+    with ScriptedServer(script) as server:
+        get_agent("llm", base_url=server.base_url).run(episode, context_for(release, task_id))
+    trajectory = episode.trajectory("llm")
+    episode.close()
+    assert [c.tool for c in trajectory.calls] == ["sql", "answer"] and trajectory.answer.value is None
+    assert trajectory.calls[0].queries[0].ok and trajectory.calls[0].result.rows[0][0] > 0
+    assert server.requests[0]["tools"] == episode.observation["tools"]
+    assert server.requests[1]["messages"][-1]["content"] == trajectory.calls[0].result.content

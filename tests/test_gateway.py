@@ -1,0 +1,118 @@
+"""The SQL gateway: what it admits and refuses, that it runs the checked text faithfully, limits and locking."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from pipeline.env.gateway import Gateway, Limits, open_locked, plain
+from pipeline.env.sqlcheck import SqlRefused, admit, allowed_functions
+from pipeline.source.schema import load_schema
+
+TABLES = ["patients", "labevents", "big"]
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("gateway") / "small.duckdb"
+    con = duckdb.connect(str(path))
+    for name in ("patients", "labevents"):
+        con.execute(load_schema()[name].create_sql())
+    con.execute("INSERT INTO patients VALUES (1, 'F', 60, 2150, '2008 - 2010', NULL), "
+                "(2, 'M', 70, 2160, '2011 - 2013', '2165-01-01')")
+    con.execute("CREATE TABLE big AS SELECT range AS x FROM range(3000)")
+    con.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def con(db: Path):
+    connection = open_locked(db, Limits(seconds=1.0, row_cap=5))
+    yield connection
+    connection.close()
+
+
+@pytest.fixture(scope="module")
+def functions(con) -> frozenset[str]:
+    return allowed_functions(con)
+
+
+@pytest.fixture
+def gateway(con, functions) -> Gateway:
+    return Gateway(con.cursor(), TABLES, functions, Limits(seconds=1.0, row_cap=5))
+
+
+def test_function_allow_list_keeps_analysis_and_drops_files_settings_and_catalog(functions):
+    assert {"avg", "median", "strftime", "date_diff", "regexp_matches", "row_number", "list_transform"} <= functions
+    assert not functions & {"read_csv", "current_setting", "pg_get_viewdef", "current_database", "getvariable",
+                            "generate_series", "repeat", "duckdb_tables", "query", "glob", "version"}
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT gender, count(*) FROM patients GROUP BY ALL ORDER BY 1",
+    "WITH p AS (SELECT * FROM patients) SELECT p.* EXCLUDE (dod) FROM p",
+    "SELECT subject_id FROM patients UNION SELECT subject_id FROM labevents",
+    "FROM patients SELECT anchor_age * 2 AS doubled WHERE gender = 'F'",
+    "SELECT list_transform([1, 2], lambda x: x + anchor_age) FROM patients",
+    "SELECT *, row_number() OVER (ORDER BY anchor_age) AS r FROM patients QUALIFY r = 1",
+    "SELECT CAST(dod AS DATE) + INTERVAL 1 DAY, extract(year FROM dod), coalesce(dod, DATE '2000-01-01') FROM patients",
+    "SELECT (SELECT max(x) FROM big) AS m, strftime(TIMESTAMP '2020-01-02 03:04:05', '%Y') AS y",
+])
+def test_admitted_queries_give_what_raw_duckdb_gives(gateway: Gateway, con, sql: str):
+    outcome = gateway.run(sql)
+    raw = con.cursor().execute(sql).fetchmany(5)
+    assert outcome.ok, outcome.error
+    assert outcome.rows == [[plain(v) for v in row] for row in raw]  # unaliased column names may be spelled anew
+
+
+@pytest.mark.parametrize(("sql", "reason"), [
+    ("DROP TABLE patients", "only read queries"),
+    ("SELECT * FROM main.patients", "unqualified"),
+    ("SELECT * FROM read_csv('/etc/passwd')", "table functions"),
+    ("SELECT * FROM secrets", "unknown table"),
+    ("SELECT current_setting('threads')", "not available"),
+    ("SELECT 1; SELECT 2", "exactly one statement"),
+    ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT * FROM r", "recursive"),
+    ("WITH __x AS (SELECT 1) SELECT * FROM __x", "CTE name"),
+    ("SELECT memory.main.patients.gender FROM patients", "catalog or schema"),
+    ("SELEC 1 FROM", "could not parse"),
+])
+def test_refused_queries_say_why(functions, sql: str, reason: str):
+    with pytest.raises(SqlRefused, match=reason):
+        admit(sql, TABLES, functions)
+
+
+def test_row_cap_truncates_and_says_so(gateway: Gateway):
+    outcome = gateway.run("SELECT x FROM big ORDER BY x")
+    assert outcome.ok and outcome.truncated and outcome.rows == [[0], [1], [2], [3], [4]]
+    assert not gateway.run("SELECT x FROM big ORDER BY x LIMIT 5").truncated
+
+
+def test_time_limit_interrupts_and_the_cursor_keeps_working(gateway: Gateway):
+    slow = gateway.run("SELECT count(*) FROM big a, big b, big c WHERE hash(a.x + b.x * c.x) = 1")
+    assert not slow.ok and "time limit of 1 s" in slow.error
+    assert gateway.run("SELECT count(*) FROM patients").rows == [[2]]
+
+
+def test_engine_errors_come_back_as_outcomes(gateway: Gateway):
+    outcome = gateway.run("SELECT no_such_column FROM patients")
+    assert not outcome.ok and "no_such_column" in outcome.error
+    assert not gateway.run("SELECT 1 / 0::INTEGER + 'x'::INTEGER").ok
+
+
+def test_the_connection_itself_is_locked_and_cut_off_from_files(con):
+    """Defence in depth: even SQL that skipped the check could neither change settings nor read files."""
+    cursor = con.cursor()
+    with pytest.raises(duckdb.Error, match="locked"):
+        cursor.execute("SET enable_external_access = true")
+    with pytest.raises(duckdb.Error):
+        cursor.execute("SELECT * FROM read_csv('/etc/passwd')").fetchall()
+    with pytest.raises(duckdb.Error):
+        cursor.execute("CREATE TABLE main.x AS SELECT 1")
+
+
+def test_values_come_back_json_plain(gateway: Gateway):
+    outcome = gateway.run("SELECT TIMESTAMP '2150-01-02 03:04:05' AS t, DATE '2150-01-02' AS d, 1.5::DECIMAL(4,2) AS n")
+    assert outcome.rows == [["2150-01-02 03:04:05", "2150-01-02", 1.5]] and outcome.types[0] == "TIMESTAMP"

@@ -1,0 +1,105 @@
+"""Red-team suite: hostile SQL and Python (tests/fixtures/redteam/*.yaml) fail safely in a noisy episode,
+reveal nothing forbidden, and the episode keeps working after each attack."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.env.gateway import plain
+from pipeline.env.release import Release
+from pipeline.env.sandbox import SandboxLimits
+
+FIXTURES = Path(__file__).parent / "fixtures" / "redteam"
+SQL_ATTACKS = yaml.safe_load((FIXTURES / "sql_attacks.yaml").read_text())
+PYTHON_ATTACKS = yaml.safe_load((FIXTURES / "python_attacks.yaml").read_text())
+SECRET = "ehrgym-redteam-secret-7f3a9c"
+WRITTEN = [Path("/tmp/ehrgym-redteam.csv"), Path("/tmp/ehrgym-redteam.parquet"), Path("/tmp/ehrgym-redteam-export"),
+           Path("/tmp/ehrgym-redteam-py.txt")]
+
+
+@pytest.fixture(scope="module")
+def target(demo_db: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A noisy episode whose patch hides a source row, with what an attack must never see."""
+    from pipeline.env.testing import build_small_release
+
+    os.environ["EHRGYM_REDTEAM_SECRET"] = SECRET  # the parent's secret: must never reach the sandbox
+    root = build_small_release(demo_db, tmp_path_factory.mktemp("releases"))
+    release = Release.open(root, demo_db)
+    task_id, table, key = next((tid, name, tp.hide[0]) for tid, patch in sorted(release._patches.items())
+                               for name, tp in sorted(patch.tables.items()) if tp.hide)
+    where = " AND ".join(f"{c} = {v!r}" if isinstance(v, str) else f"{c} = {v}" for c, v in key.items())
+    raw = release.source_cursor()
+    clean = raw.execute(f"SELECT * FROM main.{table} WHERE {where}").fetchall()
+    clean_rows = [[plain(v) for v in row] for row in clean]
+    assert clean_rows, "the hidden key must name a source row, or the hidden-row checks would prove nothing"
+    catalog = raw.execute("SELECT current_database()").fetchall()[0][0]
+    raw.close()
+    episode = release.episode(task_id, max_turns=10_000)
+    episode.sandbox_limits = SandboxLimits(cpu_seconds=3, wall_seconds=6.0, memory_bytes=1 << 30)
+    before = episode.call("sql", {"query": f"SELECT count(*) FROM {table} WHERE {where}"}).rows
+    values = {"{release_dir}": str(root), "{db}": str(demo_db), "{catalog}": catalog, "{table}": table,
+              "{hidden_where}": where}
+    yield {"episode": episode, "values": values, "clean_rows": clean_rows, "before": before,
+           "label": release.label(task_id), "table": table, "where": where}
+    episode.close()
+    release.close()
+
+
+def _fill(text: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        text = text.replace(key, value)
+    return text
+
+
+def _forbidden(target) -> list[str]:
+    label = target["label"]
+    return [target["values"]["{release_dir}"], target["values"]["{db}"], "__hide_", "__add_", "CREATE VIEW",
+            "root:x:0:0", SECRET, label.pair_id, label.reference_sql]
+
+
+def _assert_safe(target, attack: dict, sent: str, result) -> None:
+    if attack.get("expect", "refused") == "refused":
+        assert not result.ok and result.content.startswith("Error: "), (attack["name"], result.content[:300])
+    for marker in (m for m in _forbidden(target) if m not in sent):  # echoing the attacker's own text is no leak
+        assert marker not in result.content, (attack["name"], marker)
+    for row in target["clean_rows"]:
+        assert row not in result.rows and str(row) not in result.content, attack["name"]
+    assert not any(path.exists() for path in WRITTEN), attack["name"]
+
+
+def _assert_still_works(target) -> None:
+    episode, table, where = target["episode"], target["table"], target["where"]
+    assert not episode.done
+    assert episode.call("sql", {"query": "SELECT count(*) AS n FROM patients"}).rows == [[100]]
+    assert episode.call("sql", {"query": f"SELECT count(*) FROM {table} WHERE {where}"}).rows == target["before"]
+
+
+@pytest.mark.parametrize("attack", SQL_ATTACKS, ids=[a["name"] for a in SQL_ATTACKS])
+def test_sql_attack_fails_safely(target, attack: dict):
+    sent = _fill(attack["sql"], target["values"])
+    result = target["episode"].call("sql", {"query": sent})
+    _assert_safe(target, attack, sent, result)
+    _assert_still_works(target)
+
+
+@pytest.mark.parametrize("attack", PYTHON_ATTACKS, ids=[a["name"] for a in PYTHON_ATTACKS])
+def test_python_attack_fails_safely(target, attack: dict):
+    sent = _fill(attack["code"], target["values"])
+    result = target["episode"].call("python", {"code": sent})
+    _assert_safe(target, attack, sent, result)
+    assert len(result.content) < 25_000, attack["name"]
+    _assert_still_works(target)
+
+
+def test_suite_is_as_large_as_the_issue_asks():
+    assert len(SQL_ATTACKS) >= 40 and len(PYTHON_ATTACKS) >= 20
+    assert len({a["name"] for a in SQL_ATTACKS + PYTHON_ATTACKS}) == len(SQL_ATTACKS) + len(PYTHON_ATTACKS)
+
+
+def test_python_still_works_after_the_attacks(target):
+    result = target["episode"].call("python", {"code": "print(sql('SELECT count(*) AS n FROM patients')['n'][0])"})
+    assert result.ok and result.content.strip() == "100"

@@ -1,0 +1,191 @@
+"""The verifier: each Answer Match and Abstention Validity rule and its failure, on hand-built labels."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.env.records import QueryRecord, ToolCall, ToolResult, Trajectory
+from pipeline.env.verifier import Verdict, normal_unit, registry_template, required_pins, template_of, verify
+from pipeline.release.records import LabelRecord
+from pipeline.templates.answers import AnswerValue
+
+LAB_SLOTS = {"subject_id": 10006053, "hadm_id": 22942076, "lab_label": "Urea Nitrogen"}
+
+
+def label(template_id: str, expected: AnswerValue, *, contract: str = "answer", inspect: dict | None = None,
+          slots: dict | None = None, scope: str = "patient") -> LabelRecord:
+    condition = "clean" if contract == "answer" else "noise"
+    return LabelRecord(
+        task_id="t-test", pair_id="p-test", condition=condition, split="test", template_id=template_id,
+        template_version=1, intent="laboratory", scope=scope, level="value", subtype="implausible_value",
+        subtype_version=1, contract=contract, subject_id=10006053, slots=slots or LAB_SLOTS, gold_sql="SELECT 1",
+        reference_sql="SELECT 1", expected=expected, evidence=[], inspect=inspect, naive_answer=None, trap=None,
+    )
+
+
+def trajectory(answer: AnswerValue | None, *queries: tuple[str, bool], via: str = "sql") -> Trajectory:
+    calls = [ToolCall(tool=via, arguments={"query": sql}, result=ToolResult(ok=ok, content="..."),
+                      queries=[QueryRecord(sql=sql, via=via, ok=ok)]) for sql, ok in queries]
+    return Trajectory(task_id="t-test", agent="test", question="?", calls=calls, answer=answer)
+
+
+LAST_LAB = AnswerValue(value=25.0, unit="mg/dL", records={"charttime": "2111-11-15 08:41:00", "itemid": 51006})
+LAB_INSPECT = {"table": "labevents", "filter": LAB_SLOTS}
+NULL = AnswerValue(value=None)
+
+
+def test_number_within_tolerance_with_unit_and_records_matches():
+    got = AnswerValue(value=25.0000001, unit=" MG/DL ", records={"charttime": "2111-11-15T08:41:00", "itemid": "51006"})
+    verdict = verify(label("lab_last_value_in_admission", LAST_LAB), trajectory(got))
+    assert verdict == Verdict(passed=True, answer_match=True, abstention_valid=None, reasons=[])
+
+
+@pytest.mark.parametrize(("got", "reason"), [
+    (AnswerValue(value=25.1, unit="mg/dL", records=LAST_LAB.records), "value 25.1 does not match expected 25.0"),
+    (AnswerValue(value=25.0, unit="mmol/L", records=LAST_LAB.records), "unit 'mmol/L' does not match expected 'mg/dL'"),
+    (AnswerValue(value=25.0, unit=None, records=LAST_LAB.records), "unit None does not match expected 'mg/dL'"),
+    (AnswerValue(value=25.0, unit="mg/dL", records={"itemid": 51006}), "record 'charttime' missing"),
+    (AnswerValue(value=25.0, unit="mg/dL", records={"charttime": "2111-11-15 09:41:00", "itemid": 51006}),
+     "record 'charttime' is '2111-11-15 09:41:00'"),
+    (AnswerValue(value=None), "answered NULL, but the record supports an answer"),
+])
+def test_number_mismatches_say_what_failed(got, reason):
+    verdict = verify(label("lab_last_value_in_admission", LAST_LAB), trajectory(got))
+    assert not verdict.passed and verdict.answer_match is False
+    assert any(r.startswith(reason) for r in verdict.reasons), verdict.reasons
+
+
+def test_tolerance_comes_from_the_template_spec():
+    expected = AnswerValue(value=5.97, unit="days")  # mean_icu_los_by_first_careunit: tolerance 0.015
+    assert verify(label("mean_icu_los_by_first_careunit", expected, scope="population"),
+                  trajectory(AnswerValue(value=5.98, unit="day"))).passed
+    assert not verify(label("mean_icu_los_by_first_careunit", expected, scope="population"),
+                      trajectory(AnswerValue(value=6.0, unit="days"))).passed
+
+
+def test_units_are_normalised_through_the_alias_table():
+    assert normal_unit("Percent") == normal_unit("%") == "%"
+    assert normal_unit("mm Hg") == normal_unit("mmHg")
+    assert normal_unit("hrs") == normal_unit("hours")
+    assert normal_unit("mg/dL") != normal_unit("mmol/L")
+    assert normal_unit("  ") is None
+
+
+def test_ordered_list_needs_the_order_and_unordered_list_does_not():
+    services = AnswerValue(value=["MED", "SURG"])  # admission_services_in_order: ordered
+    assert verify(label("admission_services_in_order", services), trajectory(AnswerValue(value=["med", "SURG"]))).passed
+    assert not verify(label("admission_services_in_order", services),
+                      trajectory(AnswerValue(value=["SURG", "MED"]))).passed
+    procedures = AnswerValue(value=["a", "b", "b"])  # procedures_of_admission: unordered (a multiset)
+    assert verify(label("procedures_of_admission", procedures), trajectory(AnswerValue(value=["b", "a", "b"]))).passed
+    assert not verify(label("procedures_of_admission", procedures), trajectory(AnswerValue(value=["a", "b"]))).passed
+    assert not verify(label("procedures_of_admission", procedures), trajectory(AnswerValue(value="a, b, b"))).passed
+
+
+def test_count_boolean_text_and_datetime_values():
+    twelve = label("diagnosis_count_of_admission", AnswerValue(value=12))
+    assert verify(twelve, trajectory(AnswerValue(value="12"))).passed
+    assert not verify(twelve, trajectory(AnswerValue(value=12.5))).passed
+    had = label("patient_had_diagnosis", AnswerValue(value=True))
+    assert verify(had, trajectory(AnswerValue(value="yes"))).passed
+    assert not verify(had, trajectory(AnswerValue(value=False))).passed
+    home = AnswerValue(value="HOME HEALTH CARE")
+    assert verify(label("admission_discharge_location", home),
+                  trajectory(AnswerValue(value="home  health care"))).passed
+    assert not verify(label("admission_discharge_location", home), trajectory(AnswerValue(value="HOME"))).passed
+    day = AnswerValue(value="2117-03-13", records={"seq_num": 2})
+    assert verify(label("procedure_first_date_in_admission", day),
+                  trajectory(AnswerValue(value="2117-03-13 00:00:00", records={"seq_num": 2.0}))).passed
+    assert not verify(label("procedure_first_date_in_admission", day),
+                      trajectory(AnswerValue(value="2117-03-14", records={"seq_num": 2}))).passed
+
+
+def test_repair_contract_matches_the_repaired_value():
+    repaired = label("mean_icu_los_by_first_careunit", AnswerValue(value=3.63, unit="days"), contract="repair",
+                     inspect={"table": "icustays", "filter": {"first_careunit": "MICU"}}, scope="population")
+    assert verify(repaired, trajectory(AnswerValue(value=3.63, unit="days"))).passed
+    naive = verify(repaired, trajectory(AnswerValue(value=4.02, unit="days")))
+    assert not naive.passed and naive.abstention_valid is None
+
+
+EVIDENCE_SQL = ("SELECT l.* FROM labevents AS l JOIN d_labitems d ON d.itemid = l.itemid "
+                "WHERE l.subject_id = 10006053 AND 22942076 = l.hadm_id AND d.label = 'Urea Nitrogen'")
+
+
+def test_abstention_with_the_evidence_inspected_is_valid():
+    abstain = label("lab_last_value_in_admission", NULL, contract="abstain", inspect=LAB_INSPECT)
+    verdict = verify(abstain, trajectory(AnswerValue(value=None), (EVIDENCE_SQL, True)))
+    assert verdict == Verdict(passed=True, answer_match=True, abstention_valid=True, reasons=[])
+    via_python = verify(abstain, trajectory(AnswerValue(value=None), (EVIDENCE_SQL, True), via="python"))
+    assert via_python.passed
+
+
+@pytest.mark.parametrize(("queries", "reason"), [
+    ([], "no successful query read table 'labevents'"),
+    ([(EVIDENCE_SQL, False)], "no successful query read table 'labevents'"),
+    ([("SELECT * FROM labevents WHERE subject_id = 10006053 AND d_label = 'Urea Nitrogen'", True)],
+     "filtered labevents.hadm_id = 22942076"),
+    ([("SELECT * FROM labevents l WHERE l.subject_id = 10006053 AND l.hadm_id = 22942077", True)],
+     "labevents.hadm_id = 22942076; a column (lab_label) = urea nitrogen"),
+    ([("SELECT * FROM labevents l, admissions a WHERE a.hadm_id = 22942076 AND l.subject_id = 10006053 "
+       "AND l.label = 'Urea Nitrogen'", True)], "labevents.hadm_id = 22942076"),
+])
+def test_abstention_without_the_evidence_inspected_is_invalid(queries, reason):
+    abstain = label("lab_last_value_in_admission", NULL, contract="abstain", inspect=LAB_INSPECT)
+    verdict = verify(abstain, trajectory(AnswerValue(value=None), *queries))
+    assert not verdict.passed and verdict.answer_match is True and verdict.abstention_valid is False
+    assert reason in verdict.reasons[0], verdict.reasons
+
+
+def test_in_lists_lowercase_and_string_literals_pin_a_column():
+    orphan = label("procedures_of_admission", NULL, contract="abstain",
+                   inspect={"table": "admissions", "filter": {"hadm_id": [23300884]}})
+    sql = "SELECT count(*) FROM admissions WHERE hadm_id IN ('23300884', 1)"
+    assert verify(orphan, trajectory(NULL, (sql, True))).abstention_valid is True
+    concept = label("lab_abnormal_count_in_admission", NULL, contract="abstain",
+                    inspect={"table": "d_labitems", "filter": {"label": "Ura Nitrogen"}})
+    sql = "SELECT * FROM d_labitems WHERE lower(label) = lower('Ura Nitrogen')"
+    assert verify(concept, trajectory(NULL, (sql, True))).abstention_valid is True
+    prefix = "SELECT * FROM d_labitems WHERE label LIKE 'Ura%'"
+    assert verify(concept, trajectory(NULL, (prefix, True))).abstention_valid is False
+
+
+def test_non_null_answer_on_an_abstain_task_fails_even_with_inspection():
+    abstain = label("lab_last_value_in_admission", NULL, contract="abstain", inspect=LAB_INSPECT)
+    verdict = verify(abstain, trajectory(LAST_LAB, (EVIDENCE_SQL, True)))
+    assert not verdict.passed and verdict.answer_match is False and verdict.abstention_valid is True
+    assert verdict.reasons[0].startswith("expected NULL (abstain")
+
+
+def test_no_answer_fails_and_says_so():
+    unanswered = trajectory(None, (EVIDENCE_SQL, True))
+    unanswered.truncated = True
+    verdict = verify(label("lab_last_value_in_admission", LAST_LAB), unanswered)
+    assert not verdict.passed and verdict.reasons == ["no answer: the episode ran out of turns without an answer call"]
+
+
+def test_parameters_are_not_pins_but_concept_slots_and_columns_are():
+    inspect = {"table": "labevents", "filter": {"lab_label": "RDW", "threshold": 15.5, "unit": "%"}}
+    pins = required_pins(inspect, template_of(label("patients_with_lab_above_threshold", NULL, slots={})))
+    assert [(p.key, p.column, p.values) for p in pins] == [("lab_label", None, ("rdw",))]
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match="not in the template registry"):
+        verify(label("no_such_template", LAST_LAB), trajectory(LAST_LAB))
+    with pytest.raises(ValueError, match="cannot be verified against the label of task"):
+        verify(label("lab_last_value_in_admission", LAST_LAB), Trajectory(task_id="other", agent="a", question="?"))
+    old = label("lab_last_value_in_admission", LAST_LAB).model_copy(update={"template_version": 99})
+    with pytest.raises(ValueError, match="label has template 'lab_last_value_in_admission' v99, the registry has v1"):
+        verify(old, trajectory(LAST_LAB))
+    with pytest.raises(ValueError, match="template 'nope' is not in the template registry"):
+        registry_template("nope")
+    with pytest.raises(ValueError, match="not a MIMIC-IV table"):
+        verify(label("lab_last_value_in_admission", NULL, contract="abstain", inspect={"table": "nope", "filter": {}}),
+               trajectory(NULL))
+
+
+def test_verdicts_are_deterministic():
+    abstain = label("lab_last_value_in_admission", NULL, contract="abstain", inspect=LAB_INSPECT)
+    runs = {verify(abstain, trajectory(NULL, ("SELECT 1 FROM labevents", True))).model_dump_json() for _ in range(3)}
+    assert len(runs) == 1
