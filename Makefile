@@ -23,16 +23,29 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,airflow]'
 	touch $(STAMP)
 
-# The main job on the embedded default: a synthetic MIMIC-IV (no ../shared needed), its source gate, the
-# template lint, and a release of verified Clean-Noise pairs in data/releases/<version>/.
-run: venv
+# The main job on the embedded default, run by Airflow for real: `airflow dags test ehrgym_rebuild` (SQLite
+# metadata DB in .airflow/, migrated when the venv changes) generates the synthetic MIMIC-IV, gates it, builds the
+# verified Clean-Noise pairs with mapped tasks per intent and publishes data/releases/<version>/.
+AIRFLOW_DIR := $(CURDIR)/.airflow
+AIRFLOW_ENV := AIRFLOW_HOME=$(AIRFLOW_DIR) AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+               GX_ANALYTICS_ENABLED=false
+RUN_CONF := {"patients": $(PATIENTS), "source_seed": $(SEED), "seed": $(SEED), "per_template": $(PER_TEMPLATE), \
+             "version": "$(VERSION)", "data_dir": "$(CURDIR)/$(DATA)"}
+
+$(AIRFLOW_DIR)/airflow.db: $(STAMP)
+	@mkdir -p $(AIRFLOW_DIR)
+	$(AIRFLOW_ENV) $(BIN)/airflow db migrate > $(AIRFLOW_DIR)/migrate.log 2>&1 || (tail -20 $(AIRFLOW_DIR)/migrate.log; exit 1)
+	@touch $@
+
+run: venv $(AIRFLOW_DIR)/airflow.db
 	@mkdir -p $(DATA)
-	@[ -f $(DATA)/synthetic.duckdb ] || $(BIN)/ehrgym synth --patients $(PATIENTS) --seed $(SEED) --db $(DATA)/synthetic.duckdb
-	$(BIN)/ehrgym validate-source --db $(DATA)/synthetic.duckdb --out $(DATA)/synthetic.source-gate.json
 	$(BIN)/ehrgym templates check
-	@if [ -d $(DATA)/releases/$(VERSION) ]; then echo "release already built: $(DATA)/releases/$(VERSION)"; else \
-	  $(BIN)/ehrgym build --db $(DATA)/synthetic.duckdb --out $(DATA)/releases --version $(VERSION) \
-	    --per-template $(PER_TEMPLATE) --seed $(SEED); fi
+	@if [ -d $(DATA)/releases/$(VERSION) ]; then echo "release already built: $(CURDIR)/$(DATA)/releases/$(VERSION)"; else \
+	  echo "airflow dags test ehrgym_rebuild (log: $(AIRFLOW_DIR)/make-run.log)"; \
+	  $(AIRFLOW_ENV) $(BIN)/airflow dags test ehrgym_rebuild -c '$(RUN_CONF)' > $(AIRFLOW_DIR)/make-run.log 2>&1 \
+	    && ! grep -q "DagRun failed" $(AIRFLOW_DIR)/make-run.log \
+	    || { grep -E "ERROR|Error|error|failed" $(AIRFLOW_DIR)/make-run.log | tail -20; exit 1; }; \
+	  echo "release: $(CURDIR)/$(DATA)/releases/$(VERSION)"; fi
 
 # The same on the real MIMIC-IV demo (needs ../shared/data).
 demo: venv
@@ -44,9 +57,14 @@ demo: venv
 test: venv
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
+# Loader and generator; then noise, environment and evaluation on the database and release `make run` built.
 bench: venv
 	$(BIN)/python benchmarks/bench_load.py
 	$(BIN)/python benchmarks/bench_synth.py
+	@[ -d $(DATA)/releases/$(VERSION) ] || { echo "run 'make run' first: the env/eval benchmarks serve its release"; exit 1; }
+	$(BIN)/python benchmarks/bench_noise.py $(DATA)/synthetic-$(PATIENTS)-seed$(SEED).duckdb --per-template 2 --seconds 120
+	$(BIN)/python benchmarks/bench_env.py $(DATA)/releases/$(VERSION) $(DATA)/synthetic-$(PATIENTS)-seed$(SEED).duckdb
+	$(BIN)/python benchmarks/bench_eval.py $(DATA)/releases/$(VERSION) $(DATA)/synthetic-$(PATIENTS)-seed$(SEED).duckdb
 
 clean:
 	rm -rf $(VENV) $(DATA) .pytest_cache

@@ -28,6 +28,8 @@ USER root
 RUN mkdir -p /opt/ehrgym/data && chown -R airflow:root /opt/ehrgym
 USER airflow
 
-RUN pip install --no-cache-dir "apache-airflow[celery]==${AIRFLOW_VERSION}" "celery[redis]>=5.5,<5.7" /opt/ehrgym
+# Editable (-e): the package finds its templates/ and expectations/ beside pipeline/ (paths relative to its own
+# files), i.e. in /opt/ehrgym where compose mounts them; a regular install would look for them in site-packages.
+RUN pip install --no-cache-dir "apache-airflow[celery]==${AIRFLOW_VERSION}" "celery[redis]>=5.5,<5.7" -e /opt/ehrgym
 
 WORKDIR /opt/airflow

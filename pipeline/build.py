@@ -1,31 +1,27 @@
-"""The whole chain in one process: source fingerprint -> clean tasks -> verified pairs -> splits -> gates -> release.
+"""The release build: its config, the helpers its stages share, and `run_build` (every stage in one process).
 
-Each stage is a plain function of explicit inputs; `run_build` calls them in order, and the Airflow DAGs call
-the same functions one task at a time.
+The stages themselves live in `pipeline.stages` (they pass paths, so the Airflow DAGs can run them one task
+at a time); `run_build` runs the same stages in their declared order.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
-import json
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import duckdb
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import pipeline
 from pipeline.noise.base import LEVELS, NoiseSubtype, subtypes
 from pipeline.noise.verify import NoisePair
-from pipeline.release.pairs import candidate_pairs, choose_pairs
-from pipeline.release.publish import publish_release
 from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord, records_of
-from pipeline.release.splits import PAPER_TEST_SIZE, SplitReport, assign_splits
+from pipeline.release.splits import PAPER_TEST_SIZE, SCOPES, SplitReport
 from pipeline.source.schema import TABLE_NAMES
-from pipeline.templates.instantiate import InstantiationReport, instantiate
+from pipeline.templates.instantiate import InstantiationReport
 from pipeline.templates.registry import DEFAULT_TEMPLATES, load_templates
 from pipeline.templates.spec import INTENTS, Template
 
@@ -40,13 +36,27 @@ class BuildConfig(BaseModel):
     releases_dir: Path
     version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     seed: int = 0
-    per_template: int = 5
+    per_template: int = Field(default=5, ge=1)
     levels: list[str] = list(LEVELS)
     subtypes: list[str] | None = None  # None: every registered sub-type of the chosen levels
     intents: list[str] = list(INTENTS)
-    scopes: list[str] = ["patient", "population"]
+    scopes: list[str] = list(SCOPES)
     test_size: int = PAPER_TEST_SIZE
     templates_dir: Path = DEFAULT_TEMPLATES
+    pairs_per_cell: int | None = Field(default=None, ge=1)  # cap per intent x scope x level x sub-type (ablations)
+
+    @model_validator(mode="after")
+    def _known_names(self) -> BuildConfig:
+        for field, known in (("levels", LEVELS), ("intents", INTENTS), ("scopes", SCOPES)):
+            unknown = sorted(set(getattr(self, field)) - set(known))
+            if unknown:
+                raise ValueError(f"BuildConfig.{field}: unknown value(s) {unknown}; expected some of {list(known)}")
+        return self
+
+    def manifest_config(self) -> dict[str, Any]:
+        """The content-deciding fields as the manifest records them (an unset cap is left out, as before it existed)."""
+        exclude = {"db", "releases_dir", "templates_dir", "version"} | ({"pairs_per_cell"} if self.pairs_per_cell is None else set())
+        return self.model_dump(mode="json", exclude=exclude)
 
 
 def source_fingerprint(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
@@ -69,6 +79,18 @@ def select_subtypes(config: BuildConfig) -> dict[str, NoiseSubtype]:
     if unknown:
         raise ValueError(f"unknown noise sub-type(s) {unknown}; registered: {sorted(registered)}")
     return {n: s for n, s in sorted(registered.items()) if s.level in config.levels and (config.subtypes is None or n in config.subtypes)}
+
+
+def cap_per_cell(pairs: list[NoisePair], per_cell: int | None, seed: int) -> list[NoisePair]:
+    """At most `per_cell` pairs per intent x scope x level x sub-type cell, drawn in a seeded order."""
+    if per_cell is None:
+        return pairs
+    cells: dict[tuple, list[NoisePair]] = defaultdict(list)
+    for pair in pairs:
+        cells[(pair.clean.intent, pair.clean.scope, pair.level, pair.subtype)].append(pair)
+    order = lambda p: hashlib.sha256(f"{seed}:cap:{p.pair_id}".encode()).hexdigest()  # noqa: E731
+    keep = {p.pair_id for cell in cells.values() for p in sorted(cell, key=order)[:per_cell]}
+    return [p for p in pairs if p.pair_id in keep]
 
 
 def counts_by_cell(labels: list[LabelRecord]) -> dict[str, dict[str, int]]:
@@ -97,7 +119,7 @@ def manifest_of(config: BuildConfig, source: dict, templates: list[Template], ch
                 verified_count: int) -> dict[str, Any]:
     return {
         "version": config.version, "seed": config.seed, "ehrgym_version": pipeline.__version__,
-        "config": config.model_dump(mode="json", exclude={"db", "releases_dir", "templates_dir", "version"}),
+        "config": config.manifest_config(),
         "source": source,
         "templates": {t.id: t.spec.version for t in templates},
         "subtypes": {name: s.version for name, s in chosen.items()},
@@ -108,35 +130,19 @@ def manifest_of(config: BuildConfig, source: dict, templates: list[Template], ch
     }
 
 
-def run_build(config: BuildConfig, progress: Progress | None = None, gate: Callable | None = None) -> Path:
+def run_build(config: BuildConfig, progress: Progress | None = None, gate: Callable | None = None, *, workers: int = 1) -> Path:
     """Build and publish `releases_dir/version`. `gate(tasks, labels, patches, con)` returns a report (published
-    as gates.json) or raises to stop the export; by default the pair gate of `pipeline.quality.pair_gate`."""
+    as gates.json) or raises to stop the export; by default the pair gate of `pipeline.quality.pair_gate`.
+    `workers` processes verify the pairs (same files for any number). The source gate is the source database's
+    own (`ehrgym validate-source`, the DAGs' source_gate task)."""
+    from pipeline.stages import run_stages  # the stages import this module's config and helpers
+
     if (Path(config.releases_dir) / config.version).exists():
         raise FileExistsError(f"{Path(config.releases_dir) / config.version} already exists; versions are never overwritten")
-    con = duckdb.connect(str(config.db), read_only=True)
-    try:
-        source = {"database": Path(config.db).name, **source_fingerprint(con)}
-        templates, chosen = select_templates(config), select_subtypes(config)
-        done = itertools.count(1)
-        tasks, inst = instantiate(con, templates, config.per_template, config.seed,
-                                  on_template=lambda t, n: progress and progress("tasks", next(done), len(templates)))
-        by_id = {t.id: t for t in templates}
-        verified, rejected = candidate_pairs(con, tasks, by_id, chosen, config.seed,
-                                             on_task=lambda n: progress and progress("pairs", n, len(tasks)))
-        pairs = choose_pairs(verified, config.seed)
-        split, split_report = assign_splits(pairs, config.seed, config.test_size)
-        records = build_records(pairs, split)
-        if progress:
-            progress("gates", 0, 1)
-        gate_report = (gate or _default_gate)(*records, con)
-    finally:
-        con.close()
-    manifest = manifest_of(config, source, templates, chosen, inst, rejected, split_report, records[1], sum(map(len, verified.values())))
-    gates_json = json.dumps(gate_report.to_json_dict(), indent=1, sort_keys=True, default=str) + "\n"
-    return publish_release(config.releases_dir, config.version, *records, manifest, extras={"gates.json": gates_json})
+    return run_stages(config, progress=progress, gate=gate, workers=workers)
 
 
-def _default_gate(tasks, labels, patches, con):
+def default_gate(tasks, labels, patches, con):
     from pipeline.quality.pair_gate import gate_release  # Great Expectations loads only when a build gates
 
     return gate_release(tasks, labels, patches, con)

@@ -230,6 +230,8 @@ def build(
     intents: Annotated[list[str] | None, typer.Option(help="intents (default: all six)")] = None,
     scopes: Annotated[list[str] | None, typer.Option(help="patient,population")] = None,
     test_size: Annotated[int, typer.Option(help="test pairs wanted (balanced over scope x level)")] = 1008,
+    pairs_per_cell: Annotated[int | None, typer.Option(help="cap per intent x scope x level x sub-type")] = None,
+    workers: Annotated[int, typer.Option(help="processes verifying pairs (the files do not depend on it)")] = 1,
 ) -> None:
     """Build a release: clean tasks -> verified Clean-Noise pairs -> splits -> gates -> versioned files."""
     from pipeline.build import BuildConfig, run_build
@@ -240,7 +242,7 @@ def build(
                                  "intents": _split_option(intents), "scopes": _split_option(scopes)}.items() if v}
     try:
         config = BuildConfig(db=db, releases_dir=out_dir, version=version, seed=seed, per_template=per_template,
-                             test_size=test_size, **options)
+                             test_size=test_size, pairs_per_cell=pairs_per_cell, **options)
     except ValueError as exc:
         fail(str(exc))
     with Progress(TextColumn("{task.description:<10}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -253,7 +255,7 @@ def build(
             bar.update(jobs[stage], completed=done)
 
         try:
-            release = run_build(config, progress=on_progress)
+            release = run_build(config, progress=on_progress, workers=workers)
         except GateFailed as exc:
             print_gate_report(exc.report, out)
             target = out_dir / f"{version}.gate-failure.json"

@@ -1,16 +1,20 @@
-"""Release builds on the real demo: files match the manifest, labels stay hidden, publishing is atomic and exact."""
+"""Release builds on the real demo: files match the manifest, labels stay hidden, publishing is atomic and exact,
+and the path-passing stages (sharded, resumed, rerun) give the same release as one-process builds."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shutil
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from pipeline import stages
 from pipeline.build import BuildConfig, run_build
+from pipeline.templates.registry import load_templates
 
 SUBTYPES = ["missing_record", "null_value", "implausible_value", "nonexistent_entity", "unknown_concept"]
 
@@ -47,7 +51,7 @@ def test_manifest_counts_match_the_files(release: Path):
     assert manifest["pairs"]["counts"] == {split: dict(c) for split, c in counted.items()}
     assert manifest["pairs"]["published"] == len(noise) == len(_jsonl(release / "patches" / "patches.jsonl"))
     assert len(_jsonl(release / "tasks.jsonl")) == 2 * len(noise)
-    assert set(manifest["subtypes"]) == set(SUBTYPES) and len(manifest["templates"]) == 62
+    assert set(manifest["subtypes"]) == set(SUBTYPES) and set(manifest["templates"]) == {t.id for t in load_templates()}
 
 
 def test_tasks_carry_nothing_from_labels(release: Path):
@@ -89,13 +93,99 @@ def test_same_inputs_and_seed_give_byte_identical_files(release: Path, demo_db: 
             assert (again / path.relative_to(release)).read_bytes() == path.read_bytes(), path.name
 
 
-def test_a_failed_build_publishes_nothing(demo_db: Path, tmp_path: Path):
+def _visible(folder: Path) -> list[str]:
+    return sorted(name for name in os.listdir(folder) if not name.startswith("."))
+
+
+def test_a_failed_build_publishes_nothing_and_a_rerun_resumes_from_its_stage_outputs(demo_db: Path, tmp_path: Path,
+                                                                                       monkeypatch: pytest.MonkeyPatch):
     def failing_gate(*_):
         raise RuntimeError("gate says no")
 
+    config = _config(demo_db, tmp_path, intents=["microbiology"])
     with pytest.raises(RuntimeError, match="gate says no"):
-        run_build(_config(demo_db, tmp_path, intents=["microbiology"]), gate=failing_gate)
-    assert os.listdir(tmp_path) == []
+        run_build(config, gate=failing_gate)
+    assert _visible(tmp_path) == [] and sorted(os.listdir(stages.work_dir(config))) == [
+        "assembled", "config.json", "pairs", "source.json", "tasks"]
+
+    def recomputed(*_args, **_kw):
+        raise AssertionError("a finished stage was computed again")
+
+    monkeypatch.setattr(stages, "instantiate", recomputed)
+    monkeypatch.setattr(stages, "candidate_pairs", recomputed)
+    release = run_build(config)
+    assert _visible(tmp_path) == ["v1"] and release == tmp_path / "v1" and not (tmp_path / ".work").exists()
+
+
+def _file_states(root: Path) -> dict[str, tuple[str, int]]:
+    return {p.relative_to(root).as_posix(): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in root.rglob("*") if p.is_file()}
+
+
+def test_intent_shards_merged_give_the_same_release_and_a_rerun_returns_it_untouched(release: Path, demo_db: Path):
+    config = _config(demo_db, release.parent)
+    shards = stages.shard_names(config, template_shards=2)
+    assert len(shards) > 6 and {s.split(".")[0] for s in shards} == set(config.intents)
+    before = _file_states(release)
+    # Same version in the same folder: publish returns the release only if the sharded build's manifest (which
+    # holds the sha256 of every file) is byte-identical to the one-process build's; otherwise it raises.
+    assert stages.run_stages(config, shards=shards) == release
+    assert _file_states(release) == before and _visible(release.parent) == ["v1"]
+
+
+def _assembled_from(release: Path, folder: Path, **manifest_changes) -> Path:
+    """A release's records and manifest (without file hashes) laid out as the assemble stage writes them."""
+    folder.mkdir()
+    manifest = {k: v for k, v in json.loads((release / "manifest.json").read_text()).items() if k != "files"}
+    (folder / "manifest.json").write_text(json.dumps({**manifest, **manifest_changes}, indent=1, sort_keys=True) + "\n")
+    for name, source in (("tasks", "tasks.jsonl"), ("labels", "labels.jsonl"), ("patches", "patches/patches.jsonl")):
+        (folder / f"{name}.jsonl").write_bytes((release / source).read_bytes())
+    return folder
+
+
+def test_publish_returns_the_same_release_and_refuses_a_different_one(release: Path, demo_db: Path, tmp_path: Path):
+    config, before = _config(demo_db, release.parent), _file_states(release)
+    gates = tmp_path / "gates.json"
+    gates.write_bytes((release / "gates.json").read_bytes())
+    same = _assembled_from(release, tmp_path / "same")
+    assert stages.publish(stages.prepare(config), same, gates) == release
+    other = _assembled_from(release, tmp_path / "other", seed=99)
+    work = stages.prepare(config)
+    with pytest.raises(FileExistsError, match="different manifest"):
+        stages.publish(work, other, gates)
+    shutil.rmtree(work)  # its staged copy holds the other manifest: no later build of this config may reuse it
+    assert _file_states(release) == before
+
+
+def test_publish_retried_after_dying_between_rename_and_cleanup_returns_the_release(
+        release: Path, demo_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    config = _config(demo_db, tmp_path / "releases")
+    gates = tmp_path / "gates.json"
+    gates.write_bytes((release / "gates.json").read_bytes())
+    assembled, work = _assembled_from(release, tmp_path / "assembled"), stages.prepare(config)
+
+    def killed(*_args, **_kw):
+        raise KeyboardInterrupt("killed after the rename")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(stages, "discard_work", killed)
+        with pytest.raises(KeyboardInterrupt):
+            stages.publish(work, assembled, gates)
+    assert work.is_dir() and (tmp_path / "releases" / "v1").is_dir()
+    published = stages.publish(work, assembled, gates)
+    assert {k: h for k, (h, _) in _file_states(published).items()} == {k: h for k, (h, _) in _file_states(release).items()}
+    assert _visible(tmp_path / "releases") == ["v1"] and not work.exists()
+
+
+def test_shards_partition_the_selected_templates(demo_db: Path, tmp_path: Path):
+    config = _config(demo_db, tmp_path, intents=["laboratory", "vital_signs"], scopes=["patient"])
+    everything = [t.id for t in stages.shard_templates(config, stages.ALL)]
+    parts = [t.id for shard in stages.shard_names(config, 3) for t in stages.shard_templates(config, shard)]
+    assert sorted(parts) == sorted(everything) and len(parts) == len(set(parts)) > 0
+    with pytest.raises(ValueError, match="selects no template"):
+        stages.shard_templates(config, "microbiology")
+    with pytest.raises(ValueError, match="unknown value"):
+        _config(demo_db, tmp_path, levels=["record", "noise"])
 
 
 def test_ablation_keeps_only_the_selected_noise(demo_db: Path, tmp_path: Path):
@@ -115,3 +205,32 @@ def test_datasets_library_reads_the_release(release: Path, monkeypatch: pytest.M
     manifest = json.loads((release / "manifest.json").read_text())
     assert tasks["test"].num_rows + tasks["train"].num_rows == 2 * manifest["pairs"]["published"]
     assert tasks["test"].column_names == ["task_id", "question", "scope", "intent", "split"]
+
+
+def test_pairs_per_cell_caps_every_cell_and_is_recorded(demo_db: Path, tmp_path: Path):
+    config = _config(demo_db, tmp_path, intents=["microbiology", "laboratory"], pairs_per_cell=1)
+    release = run_build(config)
+    manifest, labels = json.loads((release / "manifest.json").read_text()), _jsonl(release / "labels.jsonl")
+    cells = Counter((lab["intent"], lab["scope"], lab["level"], lab["subtype"]) for lab in labels if lab["condition"] == "noise")
+    assert cells and set(cells.values()) == {1} and manifest["config"]["pairs_per_cell"] == 1
+
+
+def test_cap_per_cell_keeps_a_seeded_subset_of_each_cell():
+    from types import SimpleNamespace
+
+    from pipeline.build import cap_per_cell
+
+    def pair(i: int, subtype: str):
+        return SimpleNamespace(pair_id=f"p{i}-{subtype}", level="value", subtype=subtype,
+                               clean=SimpleNamespace(intent="laboratory", scope="patient"))
+
+    pairs = [pair(i, "null_value") for i in range(5)] + [pair(i, "unit_mismatch") for i in range(2)]
+    kept = cap_per_cell(pairs, 3, seed=1)
+    assert Counter(p.subtype for p in kept) == {"null_value": 3, "unit_mismatch": 2}
+    assert [p.pair_id for p in kept] == [p.pair_id for p in cap_per_cell(pairs, 3, seed=1)]
+    assert {p.pair_id for p in kept} != {p.pair_id for p in cap_per_cell(pairs, 3, seed=2)}  # the seed decides
+    assert cap_per_cell(pairs, None, seed=1) == pairs
+
+
+def test_an_unset_cap_leaves_the_manifest_config_as_before(release: Path):
+    assert "pairs_per_cell" not in json.loads((release / "manifest.json").read_text())["config"]

@@ -56,6 +56,12 @@ def duplicate_rules() -> dict[str, dict[str, Any]]:
     return _data("duplicates.yaml")
 
 
+def read_value_column(table: str | None, gold_sql: str) -> str | None:
+    """The value column of a record table (`values` in duplicates.yaml) that the gold SQL reads first."""
+    listed = duplicate_rules().get(table, {}).get("values", [])
+    return next((c for c in listed if re.search(rf"\b{c}\b", gold_sql)), None)
+
+
 @dataclass(frozen=True)
 class Rule:
     """A row predicate: true for a row the sub-type made invalid."""

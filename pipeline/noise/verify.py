@@ -74,6 +74,19 @@ def _check_references(con, tables: Tables, twin: NoisyTwin, template: Template, 
     return expected
 
 
+def _naive_answer(con, template: Template, slots: dict) -> AnswerValue | None:
+    """The clean gold SQL on the noisy data. One thread: a duplicate that ties with its original under the
+    gold's ORDER BY ... LIMIT 1 is then resolved the same way on every run (a parallel sort may pick either)."""
+    threads = scalar(con, "SELECT current_setting('threads')")
+    con.execute("SET threads = 1")
+    try:
+        return canonical_answer(run_sql(con, template.gold_sql, slots), template.spec.answer)
+    except (duckdb.Error, AnswerShapeError):
+        return None
+    finally:
+        con.execute(f"SET threads = {int(threads)}")
+
+
 def _finds_nothing(answer: AnswerValue | None, template: Template) -> bool:
     """No answer, or a count of nothing (a count template says 0 where the rows are gone)."""
     if answer is None:
@@ -116,10 +129,7 @@ def verify_pair(con: duckdb.DuckDBPyConnection, tables: Tables, task: CleanTask,
         noisy_tables = polars_overlay(tables, twin.patch)
         expected = _check_references(con, noisy_tables, twin, template, slots, twin.expected, "on_noisy")
         _check_diff(con, twin.patch, matched)
-        try:
-            naive = canonical_answer(run_sql(con, template.gold_sql, slots), template.spec.answer)
-        except (duckdb.Error, AnswerShapeError):
-            naive = None
+        naive = _naive_answer(con, template, slots)
     question = render(template.spec.questions[task.phrasing], {**task.slots, **twin.patch.slots}).strip()
     if len(REVEALING.findall(question)) > len(REVEALING.findall(task.question)):
         raise Rejected("question_reveals_noise")

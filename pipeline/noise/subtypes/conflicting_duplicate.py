@@ -9,7 +9,6 @@ distinct value); population scope repairs by leaving out every conflicting recor
 from __future__ import annotations
 
 import datetime as dt
-import re
 from dataclasses import dataclass
 
 import polars as pl
@@ -19,8 +18,8 @@ from pipeline.noise.base import NoiseSubtype, Rejected, register
 from pipeline.noise.measurements import measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import (
-    Evidence, Rule, duplicate_rules, evidence_table_name, flagged_on_source, is_patient, pick, scoped_twin,
-    table_evidence,
+    Evidence, Rule, duplicate_rules, evidence_table_name, flagged_on_source, is_patient, pick, read_value_column,
+    scoped_twin, table_evidence,
 )
 from pipeline.templates.render import sql_literal
 
@@ -45,8 +44,8 @@ def record_of(table: str | None, gold_sql: str) -> Record | None:
         return None
     if facts is not None:
         return Record(table, spec["group"], facts.number, facts.item, spec.get("fresh_id"))
-    read = [c for c in spec.get("values", []) if re.search(rf"\b{c}\b", gold_sql)]
-    return Record(table, spec["group"], read[0], None, spec.get("fresh_id")) if read else None
+    value = read_value_column(table, gold_sql)
+    return Record(table, spec["group"], value, None, spec.get("fresh_id")) if value else None
 
 
 def conflict_rule(record: Record, rows: list[dict]) -> Rule:

@@ -1,4 +1,8 @@
-"""null_value (value level): the value of the measurement the answer rests on becomes NULL; abstain."""
+"""null_value (value level): the value the answer rests on becomes NULL; abstain.
+
+A measurement loses its number (and its text); a record of another table (an admission, an order, a culture)
+loses the value column its question reads (`values` in duplicates.yaml: discharge location, route, ...).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from pipeline.noise.evidence import evidence_table, rows_by_key
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.measurements import measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
+from pipeline.noise.rules import read_value_column
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
 
@@ -15,6 +20,7 @@ from pipeline.templates.programs import load_python_program
 class NullValue(NoiseSubtype):
     name = "null_value"
     level = "value"
+    version = 2  # 2: records of non-measurement tables lose the value column their question reads
 
     def applies(self, template):
         return super().applies(template) and template.spec.scope.value == "patient"
@@ -22,14 +28,15 @@ class NullValue(NoiseSubtype):
     def make(self, con, task, template, rng):
         table, key_columns, keys = evidence_table(task)
         facts = measurement_tables().get(table)
-        if facts is None:
-            raise Rejected("not_a_measurement_table")
+        number = facts.number if facts else read_value_column(table, task.gold_sql)
+        if number is None:
+            raise Rejected("no_value_column")
         rows = rows_by_key(con, table, keys)
-        if len(rows) != len(keys) or any(row[facts.number] is None for row in rows):
+        if len(rows) != len(keys) or any(row[number] is None for row in rows):
             raise Rejected("evidence_not_clean")
-        blanked = [{**row, facts.number: None, **({facts.text: None} if facts.text else {})} for row in rows]
+        blanked = [{**row, number: None, **({facts.text: None} if facts and facts.text else {})} for row in rows]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=keys, add=blanked)})
-        gold, number = load_python_program(template), facts.number
+        gold = load_python_program(template)
         return NoisyTwin(
             patch=patch,
             contract="abstain",

@@ -3,7 +3,8 @@
 Templates with a `window_start` / `window_end` pair of date slots qualify. The window keeps its length and
 moves by whole lengths, nearest first, earlier or later as the seed says, until the gold program finds nothing
 there: the record the clean question asked about stays just outside, where a reader who takes the nearest
-measurement finds it (the trap).
+measurement finds it (the trap). Where records are dense (a population question over a large database), the
+moves then double, up to centuries, until the window leaves the period the record covers.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pipeline.noise.slot_swap import gold_finds_nothing, swapped_twin
 from pipeline.templates.instantiate import typed_slots
 
 WINDOW_SLOTS = ("window_start", "window_end")
-MAX_SHIFTS = 12  # window lengths tried on each side (each costs one gold query)
+NEAR_SHIFTS = tuple(range(1, 13))  # window lengths tried on each side first (each costs one gold query)
+FAR_SHIFTS = tuple(2 ** k for k in range(4, 15))  # then 16, 32, ... 16,384 lengths away
 
 
 @register
@@ -32,9 +34,11 @@ class OutOfWindow(NoiseSubtype):
         start, end = typed["window_start"], typed["window_end"]
         length = (end - start).days + 1
         first = 1 if rng.integers(2) else -1
-        for step in range(1, MAX_SHIFTS + 1):
+        for step in NEAR_SHIFTS + FAR_SHIFTS:
             for direction in (first, -first):
                 shift = dt.timedelta(days=direction * step * length)
+                if not dt.date.min + abs(shift) < start < dt.date.max - abs(shift):
+                    continue
                 changed = {"window_start": (start + shift).isoformat(), "window_end": (end + shift).isoformat()}
                 if gold_finds_nothing(con, template, task, changed):
                     return swapped_twin(template, task, changed, _inspect(task))
