@@ -72,9 +72,23 @@ def test_nonexistent_entity_names_an_identifier_no_table_holds(demo_pairs, sourc
         assert str(value) in pair.noisy_question and pair.noisy_question != pair.clean.question
 
 
-def test_null_value_leaves_a_trap_for_some_pairs(demo_pairs):
-    # the naive reading of a nulled latest value falls back to an earlier one: a plausible wrong answer
-    assert any(pair.trap for pair in demo_pairs[0]["null_value"])
+def test_null_value_leaves_a_trap_for_some_pairs(source):
+    # the naive reading of a nulled latest lab value falls back to an earlier one: a plausible wrong answer
+    template = TEMPLATES["lab_last_value_in_admission"]
+    tasks, _ = instantiate(source, [template], per_template=8, seed=3)
+    pairs = []
+    for task in tasks:
+        try:
+            pairs.append(verify_pair(source, Tables(source), task, template, SUBTYPES["null_value"], seed=0))
+        except Rejected:
+            pass
+    assert pairs and any(pair.trap for pair in pairs)
+
+
+def test_null_value_reaches_record_tables(demo_pairs):
+    # beyond measurements, a record loses the value column its question reads (a discharge location, a route)
+    tables = {table for pair in demo_pairs[0]["null_value"] for table in pair.patch.touched_tables}
+    assert tables - {"labevents", "chartevents", "outputevents", "inputevents"}, tables
 
 
 def test_pairs_are_deterministic(source):
@@ -128,3 +142,16 @@ def test_overlay_differs_from_the_source_only_by_its_patch(demo_pairs, source):
                     added = scalar(source, f"SELECT count(*) FROM (SELECT * FROM {table} EXCEPT ALL SELECT * FROM {whole})")
                     assert (removed, added) == (matched[table], len(pair.patch.tables[table].add)), (name, table)
                     assert removed + added > 0, (name, table)
+
+
+def test_worker_pool_gives_the_same_pairs(source):
+    # every pair is seeded by its task and sub-type: two processes find exactly what one finds, in the same order
+    from pipeline.release.pairs import candidate_pairs
+
+    templates = [TEMPLATES[t] for t in ("lab_last_value_in_admission", "admission_discharge_location", "patients_with_diagnosis")]
+    tasks, _ = instantiate(source, templates, per_template=4, seed=5)
+    by_id = {t.id: t for t in templates}
+    one = candidate_pairs(source, tasks, by_id, SUBTYPES, seed=0)
+    two = candidate_pairs(source, tasks, by_id, SUBTYPES, seed=0, workers=2)
+    dump = lambda result: ({k: [p.model_dump(mode="json") for p in v] for k, v in result[0].items()}, dict(result[1]))  # noqa: E731
+    assert len(tasks) > 8 and dump(one) == dump(two) and list(one[0]) == list(two[0])

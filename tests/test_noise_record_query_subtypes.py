@@ -84,3 +84,33 @@ def test_rejections_name_the_reason(source):
     task = instantiate(source, [TEMPLATES["lab_abnormal_count_in_admission"]], per_template=1, seed=7)[0][0]
     with pytest.raises(Rejected, match="gold_answers_every_candidate"):  # the gold counts 0 for any unmeasured lab
         SUBTYPES["false_premise"].make(source, task, TEMPLATES[task.template_id], np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("template_id", ["lab_last_value_in_window", "admissions_count_in_window"])
+def test_out_of_window(source, template_id: str):
+    for pair in _pairs(source, template_id, "out_of_window"):
+        clean, noisy = pair.clean.slots, pair.noisy_slots
+        days = lambda s: (dt.date.fromisoformat(s["window_end"]) - dt.date.fromisoformat(s["window_start"])).days  # noqa: E731
+        assert set(pair.patch.slots) == {"window_start", "window_end"} and not pair.patch.tables
+        assert days(noisy) == days(clean) and noisy["window_start"] != clean["window_start"]  # moved, same length
+        assert noisy["window_start"] in pair.noisy_question and pair.expected.value is None
+        assert source.sql(pair.reference_sql).fetchall() == []  # the moved window holds no record
+        if template_id == "lab_last_value_in_window":  # the clean answer's record lies outside the moved window
+            charttime = dt.datetime.fromisoformat(pair.clean.answer.records["charttime"])
+            assert not dt.date.fromisoformat(noisy["window_start"]) <= charttime.date() <= dt.date.fromisoformat(noisy["window_end"])
+
+
+def test_nonexistent_entity_on_dense_synthetic_identifiers(synthetic_1000):
+    # a generated database numbers its patients consecutively: the free identifier lies above the largest
+    from pipeline.noise.overlay import open_source
+
+    con = open_source(synthetic_1000)
+    try:
+        template = TEMPLATES["lab_last_value_in_admission"]
+        task = instantiate(con, [template], per_template=1, seed=7)[0][0]
+        pair = verify_pair(con, Tables(con), task, template, SUBTYPES["nonexistent_entity"], seed=0)
+        (slot, value), = pair.patch.slots.items()
+        largest = scalar(con, f"SELECT max({slot}) FROM {'admissions' if slot == 'hadm_id' else 'patients'}")
+        assert len(str(value)) == len(str(largest)) and pair.expected.value is None
+    finally:
+        con.close()
