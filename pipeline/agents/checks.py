@@ -207,11 +207,5 @@ def patient_flags_sql(row_sets: dict[str, str | None], rules: dict[str, str], ta
 
 def parent_check_sql(template: Template, table: str, keyed: str) -> tuple[str, str] | None:
     """(SQL of the distinct parent keys the rows reference, the parent table and key) for the orphan check."""
-    try:
-        enc = parent_encounter(template, table)
-    except Rejected:
-        return None
-    if enc.key not in load_schema()[table].column_names:
-        return None
-    parents = f"SELECT DISTINCT {enc.key} AS parent FROM {keyed} AND {enc.key} IS NOT NULL ORDER BY 1"
-    return parents, f"{enc.table}.{enc.key}"
+    return _encounter_rule(template, table, lambda enc: (
+        f"SELECT DISTINCT {enc.key} AS parent FROM {keyed} AND {enc.key} IS NOT NULL ORDER BY 1", f"{enc.table}.{enc.key}"))
