@@ -7,6 +7,7 @@ import decimal
 import heapq
 import itertools
 import math
+import re
 import threading
 import time
 import uuid
@@ -121,8 +122,21 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _clean_error(err: Exception) -> str:
-    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+_NAME = r'(?:"[^"\s]*"|[A-Za-z_][A-Za-z0-9_$]*)'
+# catalog.schema. prefixes: a noisy episode's overlay lives in "temp".main, the clean table in <catalog>.main
+_QUALIFIER = re.compile(rf"{_NAME}\.{_NAME}\.(?={_NAME})")
+# how the binder names a relation differs between a table, a view and the overlay's unioned rows
+_NO_COLUMN = re.compile(r'\b(?:Table|View|Values list|Subquery|Table Function)\s+("[^"]*") does not have a '
+                        r'column named ("[^"]*")')
+
+
+def clean_error(err: Exception | str) -> str:
+    """The first line of an engine error, worded the same for a clean and a noisy episode: no catalog or schema
+    qualifiers, one wording for a missing column, "table" for "view"."""
+    text = str(err).strip()
+    text = text.splitlines()[0] if text else type(err).__name__
+    text = _QUALIFIER.sub("", text)
+    text = _NO_COLUMN.sub(r"column \2 not found in \1", text)
     return text.replace("view", "table").replace("View", "Table")[:300]
 
 
@@ -136,20 +150,25 @@ class Gateway:
     def functions_of(cls, con: duckdb.DuckDBPyConnection) -> frozenset[str]:
         return allowed_functions(con)
 
-    def run(self, sql: str) -> QueryOutcome:
-        """Admit and run `sql`; every failure comes back as an outcome with an error, never as an exception."""
+    def run(self, sql: str, deadline: float | None = None) -> QueryOutcome:
+        """Admit and run `sql`; every failure comes back as an outcome with an error, never as an exception.
+        `deadline` (time.monotonic()) is the calling tool's: past it no query is served, before it a query gets at
+        most the time left (the Python tool's sql() channel passes its own)."""
         if not isinstance(sql, str):
             return QueryOutcome(False, [], [], error="query must be a string")
+        seconds = self.limits.seconds if deadline is None else min(self.limits.seconds, deadline - time.monotonic())
+        if seconds <= 0:
+            return QueryOutcome(False, [], [], error="the tool's time limit has passed; no further queries are run")
         try:
             text = admit_cached(sql, self.tables, self.functions)
         except SqlRefused as err:
             return QueryOutcome(False, [], [], error=str(err))
         except (RecursionError, Exception) as err:  # a parser failure on hostile input must stay a tool error
             return QueryOutcome(False, [], [], error=f"could not check the query ({type(err).__name__})")
-        return self._execute(text)
+        return self._execute(text, seconds)
 
-    def _execute(self, text: str) -> QueryOutcome:
-        token = WATCHDOG.arm(self.cursor, self.limits.seconds)
+    def _execute(self, text: str, seconds: float) -> QueryOutcome:
+        token = WATCHDOG.arm(self.cursor, seconds)
         try:
             result = self.cursor.execute(text)
             columns = [d[0] for d in result.description or []]
@@ -158,7 +177,7 @@ class Gateway:
         except duckdb.InterruptException:
             return QueryOutcome(False, [], [], error=f"query exceeded the time limit of {self.limits.seconds:g} s")
         except (duckdb.Error, RuntimeError, ValueError, OverflowError, MemoryError) as err:
-            return QueryOutcome(False, [], [], error=_clean_error(err))
+            return QueryOutcome(False, [], [], error=clean_error(err))
         finally:
             WATCHDOG.disarm(token)
         cut = len(rows) > self.limits.row_cap

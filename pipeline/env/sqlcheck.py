@@ -14,21 +14,14 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
+from pipeline.env.sqlfunctions import ALLOWED_FUNCTIONS
+
 _READ_ROOTS = (exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Subquery)
 _DENIED_NODES = tuple(
     getattr(exp, name) for name in (
         "DDL", "DML", "Command", "Pragma", "Set", "Use", "Copy", "Attach", "Detach", "Describe", "Summarize",
         "Show", "Transaction", "Commit", "Rollback", "Placeholder", "Parameter", "Install", "Load", "Export",
     ) if hasattr(exp, name)
-)
-# Functions that reach the catalog, settings, session state or logs, or that build values of caller-chosen size
-# (memory bombs that the buffer manager's memory_limit does not cover).
-_DENIED_FUNCTIONS = re.compile(
-    r"^(__internal.*|current_(?!date$|time$|timestamp$|localtime$|localtimestamp$).*|pg_.*|has_.*privilege"
-    r"|.*_description|format_pg_type|format_type|get_block_size|map_.*pg_oid|getvariable|nextval|currval|setseed"
-    r"|sleep_ms|stats|txid_current|version|write_log|json_(de)?serialize_sql|parse_duckdb_log_message"
-    r"|in_search_path|alias|typeof|session_user|user|generate_series|range|repeat|lpad|rpad|list_resize|array_resize"
-    r"|generate_subscripts|regexp_split_to_table|sql_.*|duckdb_.*|pragma_.*|query.*|read_.*|glob)$"
 )
 # Keywords and special forms that sqlglot renders like calls but DuckDB does not list in duckdb_functions().
 _SYNTAX_WORDS = frozenset({
@@ -41,6 +34,10 @@ _LEADING_NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(\(|$)")
 _KEYWORD_FUNCTIONS = frozenset({"current_catalog", "current_schema", "current_user", "current_role", "session_user",
                                 "user", "current_database", "current_query", "current_setting"})
 _CTE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+# Names DuckDB resolves to its own catalog objects: no CTE or alias may take them (a backstop to the scope check).
+_SYSTEM_NAME = re.compile(r"^(duckdb_|pg_|sqlite_|pragma_|information_schema|system$|temp$|main$|memory$)",
+                          re.IGNORECASE)
+MAX_QUERY_CHARS = 64_000  # parsing costs ~8 us a character: a cap keeps one hostile query under half a second
 
 
 class SqlRefused(ValueError):
@@ -48,12 +45,13 @@ class SqlRefused(ValueError):
 
 
 def allowed_functions(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
-    """Scalar, aggregate, window and scalar-macro names of this DuckDB, minus the denied ones."""
+    """The reviewed allow-list (pipeline.env.sqlfunctions) cut to the scalar, aggregate, window and macro functions
+    this DuckDB has."""
     rows = con.execute(
         "SELECT DISTINCT function_name FROM duckdb_functions() "
         "WHERE function_type IN ('scalar', 'aggregate', 'window', 'macro')"
     ).fetchall()
-    return frozenset(name.lower() for (name,) in rows if not _DENIED_FUNCTIONS.match(name.lower()))
+    return frozenset(name.lower() for (name,) in rows) & ALLOWED_FUNCTIONS
 
 
 def _parse_one(sql: str) -> exp.Expression:
@@ -66,24 +64,55 @@ def _parse_one(sql: str) -> exp.Expression:
     return trees[0]
 
 
-def _cte_names(tree: exp.Expression) -> set[str]:
-    names = set()
+def _check_names(tree: exp.Expression) -> None:
+    """CTE names: letters, digits and _, not starting with _; no CTE or alias named like a DuckDB catalog object."""
     for cte in tree.find_all(exp.CTE):
         name = cte.alias_or_name
         if not _CTE_NAME.match(name) or name.startswith("__"):
             raise SqlRefused(f"CTE name {name!r} is not allowed (letters, digits and _ only, not starting with _)")
-        names.add(name.lower())
+    for alias in tree.find_all(exp.TableAlias):
+        if _SYSTEM_NAME.match(alias.name):
+            raise SqlRefused(f"the name {alias.name!r} is reserved; choose another CTE or table alias")
+
+
+def _visible_ctes(node: exp.Expression) -> set[str]:
+    """The CTE names in scope at `node`: those of every enclosing WITH, and inside a CTE's own body only the CTEs
+    defined before it (a name declared in a nested query is not visible outside it)."""
+    names: set[str] = set()
+    child, parent = node, node.parent
+    while parent is not None:
+        if isinstance(parent, exp.With):
+            ctes = parent.expressions
+            index = next((i for i, cte in enumerate(ctes) if cte is child), len(ctes))
+            before = ctes[:index]
+            names.update(cte.alias_or_name.lower() for cte in before)
+        else:
+            with_ = parent.args.get("with_") or parent.args.get("with")
+            if isinstance(with_, exp.With) and with_ is not child:
+                names.update(cte.alias_or_name.lower() for cte in with_.expressions)
+        child, parent = parent, parent.parent
     return names
 
 
-def _check_table(node: exp.Table, names: set[str]) -> None:
+def _check_table(node: exp.Table, tables: frozenset[str]) -> None:
     target = node.this
     if not isinstance(target, exp.Identifier):
         raise SqlRefused(f"table functions are not allowed: {node.sql(dialect='duckdb')[:80]}")
     if node.args.get("db") or node.args.get("catalog"):
         raise SqlRefused(f"use unqualified table names: {node.sql(dialect='duckdb')[:80]}")
-    if target.name.lower() not in names:
+    name = target.name.lower()
+    if name not in tables and name not in _visible_ctes(node):
         raise SqlRefused(f"unknown table {target.name!r}; call schema() for the tables of this task")
+
+
+def _check_pivot(node: exp.Pivot) -> None:
+    """PIVOT without an IN list makes DuckDB create an ENUM type in the temp catalog (a write): require the list."""
+    if node.args.get("unpivot"):
+        return
+    ons = list(node.args.get("fields") or node.expressions)  # standard form: FOR col IN (...); DuckDB's: ON col
+    if not ons or not all(isinstance(on, exp.In) and (on.expressions or on.args.get("query")) for on in ons):
+        raise SqlRefused("PIVOT needs an explicit IN list for every ON column, e.g. PIVOT t ON k IN ('a', 'b') "
+                         "USING count(*)")
 
 
 _CLASS_NAMES: dict[tuple, str | None] = {}
@@ -119,11 +148,13 @@ def _check_column(node: exp.Column) -> None:
         raise SqlRefused("the rowid pseudo-column is not available")
 
 
-def _check_node(node: exp.Expression, names: set[str], functions: frozenset[str]) -> None:
+def _check_node(node: exp.Expression, tables: frozenset[str], functions: frozenset[str]) -> None:
     if isinstance(node, _DENIED_NODES):
         raise SqlRefused("only read queries (SELECT) are allowed")
     if isinstance(node, exp.Table):
-        _check_table(node, names)
+        _check_table(node, tables)
+    elif isinstance(node, exp.Pivot):
+        _check_pivot(node)
     elif isinstance(node, exp.Column):
         _check_column(node)
     elif isinstance(node, exp.Func):
@@ -136,10 +167,13 @@ def admit(sql: str, tables: Iterable[str], functions: frozenset[str]) -> str:
     """The DuckDB text to run for `sql`, or SqlRefused saying why it is not admitted."""
     if not isinstance(sql, str) or not sql.strip():
         raise SqlRefused("query must be a non-empty string")
+    if len(sql) > MAX_QUERY_CHARS:
+        raise SqlRefused(f"the query is {len(sql):,} characters long; at most {MAX_QUERY_CHARS:,} are accepted")
     tree = _parse_one(sql)
     if not isinstance(tree, _READ_ROOTS):
         raise SqlRefused("only read queries (SELECT) are allowed")
-    names = {t.lower() for t in tables} | _cte_names(tree)
+    _check_names(tree)
+    names = frozenset(t.lower() for t in tables)
     for node in tree.walk():
         _check_node(node, names, functions)
     return tree.sql(dialect="duckdb", copy=False)  # the tree is ours and discarded: no defensive copy
