@@ -41,9 +41,11 @@ run: venv $(AIRFLOW_DIR)/airflow.db
 	@mkdir -p $(DATA)
 	$(BIN)/ehrgym templates check
 	@if [ -d $(DATA)/releases/$(VERSION) ]; then echo "release already built: $(CURDIR)/$(DATA)/releases/$(VERSION)"; else \
-	  echo "airflow dags test ehrgym_rebuild (log: $(AIRFLOW_DIR)/make-run.log)"; \
-	  $(AIRFLOW_ENV) $(BIN)/airflow dags test ehrgym_rebuild -c '$(RUN_CONF)' > $(AIRFLOW_DIR)/make-run.log 2>&1 \
-	    && ! grep -q "DagRun failed" $(AIRFLOW_DIR)/make-run.log \
+	  echo "airflow dags test ehrgym_rebuild (log: $(AIRFLOW_DIR)/make-run.log); tasks as they start and end:"; \
+	  { $(AIRFLOW_ENV) $(BIN)/airflow dags test ehrgym_rebuild -c '$(RUN_CONF)' 2>&1; echo $$? > $(AIRFLOW_DIR)/make-run.rc; } \
+	    | tee $(AIRFLOW_DIR)/make-run.log | grep --line-buffered -oE 'DAG TEST\] (starting|end task) task_id=[a-z_]+( map_index=[0-9]+)?' \
+	    | sed -u 's/^DAG TEST\] /  /'; \
+	  [ "$$(cat $(AIRFLOW_DIR)/make-run.rc)" = 0 ] && ! grep -q "DagRun failed" $(AIRFLOW_DIR)/make-run.log \
 	    || { grep -E "ERROR|Error|error|failed" $(AIRFLOW_DIR)/make-run.log | tail -20; exit 1; }; \
 	  echo "release: $(CURDIR)/$(DATA)/releases/$(VERSION)"; fi
 

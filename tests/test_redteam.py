@@ -44,7 +44,7 @@ def target(demo_db: Path, tmp_path_factory: pytest.TempPathFactory):
     values = {"{release_dir}": str(root), "{db}": str(demo_db), "{catalog}": catalog, "{table}": table,
               "{hidden_where}": where}
     yield {"episode": episode, "values": values, "clean_rows": clean_rows, "before": before,
-           "label": release.label(task_id), "table": table, "where": where}
+           "label": release.label(task_id), "table": table, "where": where, "release": release, "task_id": task_id}
     episode.close()
     release.close()
 
@@ -84,6 +84,27 @@ def test_sql_attack_fails_safely(target, attack: dict):
     result = target["episode"].call("sql", {"query": sent})
     _assert_safe(target, attack, sent, result)
     _assert_still_works(target)
+
+
+# Bad queries whose error text named the overlay ("temp".main.t, "Values list") in a noisy episode only.
+ERROR_PROBES = ["SELECT * FROM {table}, {table}", "SELECT {table}.nosuch FROM {table}", "SELECT t.nosuch FROM {table} t",
+                "SELECT nosuch FROM {table}", "SELECT * FROM {table} a, {table} a", "SELECT {table}.* FROM {table} a",
+                "SELECT * FROM {table} JOIN {table} x USING (nosuch)", "SELECT * FROM {table} ORDER BY 999",
+                "SELECT {table} + 1 FROM {table}", "SELECT sum(*) FROM {table}"]
+
+
+def test_error_text_is_the_same_in_the_clean_and_the_noisy_episode_of_a_pair(target):
+    """An agent must not tell a patched table by how an error names it."""
+    release, noisy = target["release"], target["task_id"]
+    pair_id = release.label(noisy).pair_id
+    clean = next(t.task_id for t in release.tasks() if t.task_id != noisy and release.label(t.task_id).pair_id == pair_id)
+    probes = [_fill(probe, {"{table}": target["table"]}) for probe in ERROR_PROBES]
+    with release.episode(clean, max_turns=100) as clean_episode:
+        clean_texts = [clean_episode.call("sql", {"query": probe}).content for probe in probes]
+    noisy_texts = [target["episode"].call("sql", {"query": probe}).content for probe in probes]
+    assert all(text.startswith("Error: ") for text in clean_texts + noisy_texts), clean_texts + noisy_texts
+    assert noisy_texts == clean_texts
+    assert not any("main." in text or "Values list" in text for text in noisy_texts), noisy_texts
 
 
 @pytest.mark.parametrize("attack", PYTHON_ATTACKS, ids=[a["name"] for a in PYTHON_ATTACKS])

@@ -1,8 +1,9 @@
 """The Python tool: agent code runs in a limited child process that reaches the data only through the gateway.
 
 The child gets a cleared environment, a fresh scratch folder as cwd (removed afterwards), CPU-time, address-space,
-file-size and process limits, a wall-clock kill, no network (a new user + network + pid namespace when
-`unshare` works here) and an audit hook refusing sockets, subprocesses, ctypes and file access outside scratch.
+file-size and process limits, a wall-clock kill, a new user + network + pid namespace when `unshare` works here,
+a Landlock ruleset (read-only Python, read-write scratch, no execute, no TCP; without Landlock the tool refuses to
+run) and an audit hook refusing sockets, subprocesses, ctypes and file access outside scratch as a second layer.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from functools import cache
 from pathlib import Path
 
 from pipeline.env.gateway import QueryOutcome
+from pipeline.env.landlock import LANDLOCK_MISSING, landlock_abi
 
 CHILD_SOURCE = Path(__file__).with_name("sandbox_child.py")
+LANDLOCK_SOURCE = Path(__file__).with_name("landlock.py")
 MAX_MESSAGE = 8 << 20  # bytes of one channel message
 UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
@@ -39,6 +42,12 @@ class SandboxLimits:
     memory_bytes: int = 2 << 30
     file_bytes: int = 16 << 20
     output_chars: int = 20_000
+
+
+@cache
+def landlock_available() -> bool:
+    """Whether this kernel offers Landlock; without it the Python tool refuses to run agent code."""
+    return landlock_abi() > 0
 
 
 @cache
@@ -68,7 +77,7 @@ def _preexec(limits: SandboxLimits) -> Callable[[], None] | None:
 
 def _command(limits: SandboxLimits | None = None) -> list[str]:
     """prlimit (when present) -> unshare (when it works) -> `python -I -c <child source>`."""
-    child = [sys.executable, "-I", "-c", CHILD_SOURCE.read_text()]
+    child = [sys.executable, "-I", "-c", LANDLOCK_SOURCE.read_text() + "\n" + CHILD_SOURCE.read_text()]
     wrapped = [*UNSHARE, *child] if namespaces_available() else child
     if shutil.which("prlimit") is None:
         return wrapped
@@ -76,9 +85,9 @@ def _command(limits: SandboxLimits | None = None) -> list[str]:
     return ["prlimit", *options, "--", *wrapped]
 
 
-def _environment(limits: SandboxLimits) -> dict[str, str]:
+def _environment(limits: SandboxLimits, audit_hook: bool) -> dict[str, str]:
     return {"POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1", "EHRGYM_OUTPUT_CAP": str(limits.output_chars),
-            "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+            "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", "EHRGYM_AUDIT_HOOK": "1" if audit_hook else "0"}
 
 
 def _reply(outcome: QueryOutcome) -> dict:
@@ -133,14 +142,23 @@ class _Session:
         return message if isinstance(message, dict) else None
 
 
-def _converse(session: _Session, code: str, query: Callable[[str], QueryOutcome]) -> tuple[bool, str] | None:
+def _ending(message: dict, cap: int) -> tuple[bool, str] | None:
+    """The end message as (ok, output cut to `cap`); None when its output is longer than the child could have sent
+    (agent code forged it), which fails the call like a broken channel."""
+    output = message.get("output", "")
+    if not isinstance(output, str) or len(output) > cap:
+        return None
+    return bool(message.get("ok")), output + (f"\n[output cut at {cap} characters]" if message.get("cut") else "")
+
+
+def _converse(session: _Session, code: str, query: Callable[[str], QueryOutcome], cap: int):
     session.send({"code": code})
     while True:
         message = session.receive()
         if message is None:
             return None
         if message.get("done"):
-            return bool(message.get("ok")), str(message.get("output", ""))
+            return _ending(message, cap)
         session.send(_reply(query(str(message.get("sql", "")))))
 
 
@@ -159,16 +177,20 @@ def _failure(limits: SandboxLimits, started: float) -> str:
             f"{limits.memory_bytes >> 20} MB, file size {limits.file_bytes >> 20} MB) or broke the tool's channel")
 
 
-def run_code(code: str, query: Callable[[str], QueryOutcome], limits=None) -> tuple[bool, str]:
-    """Run agent code; `query` serves its sql() calls. Returns (ok, printed output or the error)."""
+def run_code(code: str, query: Callable[[str], QueryOutcome], limits=None, *, audit_hook: bool = True):
+    """Run agent code; `query` serves its sql() calls. Returns (ok, printed output or the error).
+
+    `audit_hook=False` (tests only; no tool passes it) leaves Landlock as the only layer, to check it alone."""
     limits = limits if isinstance(limits, SandboxLimits) else SandboxLimits()
+    if not landlock_available():
+        return False, LANDLOCK_MISSING
     scratch, started = tempfile.mkdtemp(prefix="ehrgym-py-"), time.monotonic()
     try:
         process = subprocess.Popen(_command(limits), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL, cwd=scratch, env=_environment(limits),
+                                   stderr=subprocess.DEVNULL, cwd=scratch, env=_environment(limits, audit_hook),
                                    preexec_fn=_preexec(limits), start_new_session=True, close_fds=True)
         try:
-            result = _converse(_Session(process, started + limits.wall_seconds), code, query)
+            result = _converse(_Session(process, started + limits.wall_seconds), code, query, limits.output_chars)
         except (OSError, TimeoutError):
             result = None
         finally:

@@ -1,32 +1,45 @@
 """The sandboxed child of the Python tool: runs agent code whose only way to the data is `sql()` over a pipe.
 
-The parent passes this file's text with `python -I -c`; it never imports project code. Protocol (JSON lines):
-parent -> child `{"code"}` then `{"ok", "columns", "types", "rows", "truncated", "error"}` per query;
-child -> parent `{"sql"}` per query and finally `{"done", "ok", "output"}`.
+The parent passes pipeline/env/landlock.py's text followed by this file's text with `python -I -c`; it never
+imports project code. Before agent code runs, the child confines itself with Landlock (read-only Python and system
+libraries, read-write scratch, no execute, no TCP), drops its references to denied modules and installs an audit
+hook as a second layer. Protocol (JSON lines): parent -> child `{"code"}` then `{"ok", "columns", "types", "rows",
+"truncated", "error"}` per query; child -> parent `{"sql"}` per query and finally `{"done", "ok", "output", "cut"}`.
 """
 
 import io
 import json
 import os
 import sys
+import types
 
 import polars as pl
 
 SCRATCH = os.path.realpath(os.getcwd())
 OUTPUT_CAP = int(os.environ.get("EHRGYM_OUTPUT_CAP", "20000"))
-_READ_ROOTS = tuple(os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}
-                    | {p for p in sys.path if p and "site-packages" in p})
+_PYTHON_ROOTS = sorted({os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}
+                        | {p for p in sys.path if p and "site-packages" in p}})
+_LIBRARY_ROOTS = ["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/etc/ld.so.cache", "/usr/share/zoneinfo"]
+_READ_ROOTS = tuple(p + os.sep for p in _PYTHON_ROOTS)
 _DENIED_EVENTS = ("socket.", "subprocess.", "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn",
                   "os.system", "os.kill", "os.killpg", "ctypes.", "pty.", "mmap.", "os.setuid", "os.chroot",
                   "sys.setprofile", "sys.settrace", "os.add_dll_directory", "shutil.", "webbrowser.", "urllib.",
                   "http.", "ftplib.", "smtplib.", "os.putenv", "os.unsetenv", "os.startfile", "resource.",
-                  "winreg.", "sqlite3.", "code.", "cpython.run_", "os.listxattr", "signal.")
+                  "winreg.", "sqlite3.", "code.", "cpython.run_", "os.listxattr", "signal.", "os.chdir",
+                  "os.setxattr", "os.removexattr", "os.getxattr", "sys.remote_exec")
 _DENIED_IMPORTS = {"ctypes", "_ctypes", "socket", "_socket", "_posixsubprocess", "subprocess", "multiprocessing",
                    "mmap", "pty", "fcntl", "resource", "_ssl", "ssl", "ftplib", "urllib.request", "http.client",
                    "asyncio", "duckdb", "pipeline", "signal", "_signal", "faulthandler", "gc"}
-_PATH_EVENTS = {"open", "os.listdir", "os.scandir", "os.chdir", "os.mkdir", "os.remove", "os.rename", "os.rmdir",
-                "os.chmod", "os.chown", "os.link", "os.symlink", "os.truncate", "os.utime", "os.walk", "glob.glob",
-                "os.chflags", "os.lchown", "os.lchmod", "shutil.rmtree", "os.readlink"}
+_DENIED_ROOTS = {m.split(".")[0] for m in _DENIED_IMPORTS}
+_EMPTIED = {"subprocess", "_posixsubprocess", "socket", "_socket", "ctypes", "_ctypes"}  # their functions die too
+# event -> (positions of path arguments, positions of dir_fd arguments: -1 or None is "no dir_fd")
+_PATH_EVENTS = {"open": ((0,), ()), "os.listdir": ((0,), ()), "os.scandir": ((0,), ()), "os.mkdir": ((0,), (2,)),
+                "os.remove": ((0,), (1,)), "os.rmdir": ((0,), (1,)), "os.rename": ((0, 1), (2, 3)),
+                "os.link": ((0, 1), (2, 3)), "os.symlink": ((0, 1), (2,)), "os.chmod": ((0,), (2,)),
+                "os.chown": ((0,), (3,)), "os.lchown": ((0,), ()), "os.truncate": ((0,), ()),
+                "os.utime": ((0,), (3,)), "os.walk": ((0,), ()), "glob.glob": ((0,), ()),
+                "glob.glob/2": ((0,), (3,)), "os.chflags": ((0,), ()), "os.lchmod": ((0,), ()),
+                "os.readlink": ((0,), ()), "shutil.rmtree": ((0,), ())}
 
 
 def _inside_scratch(path) -> bool:
@@ -42,25 +55,45 @@ def _readable(path, mode) -> bool:
     return read_only and real.endswith((".py", ".pyc", ".so")) and real.startswith(_READ_ROOTS)
 
 
-def _forget_denied_modules() -> None:
-    """Drop denied modules that polars imported, so that agent code importing them goes through the hook."""
-    denied = {m.split(".")[0] for m in _DENIED_IMPORTS}
-    for name in [n for n in sys.modules if n.split(".")[0] in denied]:
-        del sys.modules[name]
+def _confine() -> None:
+    """Landlock (from landlock.py, prepended by the parent): the real confinement, for this process for good."""
+    confine(_PYTHON_ROOTS + _LIBRARY_ROOTS, [SCRATCH])  # noqa: F821 (defined by the prepended landlock.py)
+
+
+def _purge_denied_modules() -> None:
+    """Drop denied modules from sys.modules and from every loaded module's namespace (polars keeps `subprocess`
+    and `ctypes`), and empty the namespaces of the process- and socket-making ones, so no reference reaches them."""
+    denied = lambda value: isinstance(value, types.ModuleType) and value.__name__.split(".")[0] in _DENIED_ROOTS  # noqa: E731
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        for key in [k for k, v in namespace.items() if denied(v)] if isinstance(namespace, dict) else []:
+            del namespace[key]
+    for name in [n for n in sys.modules if n.split(".")[0] in _DENIED_ROOTS]:
+        module = sys.modules.pop(name)
+        if name in _EMPTIED:
+            module.__dict__.clear()
+
+
+def _path_allowed(event: str, args: tuple) -> bool:
+    paths, dir_fds = _PATH_EVENTS[event]
+    if any(i < len(args) and args[i] not in (None, -1) for i in dir_fds):
+        return False  # a path relative to a descriptor escapes every check made on the path text
+    mode = args[1] if event == "open" and len(args) > 1 else "w"
+    flags = args[2] if event == "open" and len(args) > 2 else 0
+    if isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND):
+        mode = "w"
+    listing = event in ("os.listdir", "os.scandir")
+    chosen = [("." if listing and args[i] is None else args[i]) for i in paths if i < len(args)]
+    return all(_inside_scratch(p) or (event == "open" and _readable(p, mode)) for p in chosen)
 
 
 def _hook(event: str, args: tuple) -> None:
     if event.startswith(_DENIED_EVENTS):
         raise PermissionError(f"sandbox: {event} is not allowed")
-    if event == "import" and args and str(args[0]).split(".")[0] in {m.split(".")[0] for m in _DENIED_IMPORTS}:
+    if event == "import" and args and str(args[0]).split(".")[0] in _DENIED_ROOTS:
         raise PermissionError(f"sandbox: import of {args[0]} is not allowed")
-    if event in _PATH_EVENTS and args:
-        mode = args[1] if event == "open" and len(args) > 1 else "w"
-        flags = args[2] if event == "open" and len(args) > 2 else 0
-        if isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND):
-            mode = "w"
-        if not _inside_scratch(args[0]) and not (event == "open" and _readable(args[0], mode)):
-            raise PermissionError(f"sandbox: no access to {args[0]!r} outside the scratch folder")
+    if event in _PATH_EVENTS and args and not _path_allowed(event, args):
+        raise PermissionError(f"sandbox: no access to {args[0]!r} outside the scratch folder")
 
 
 class SqlError(Exception):
@@ -68,10 +101,13 @@ class SqlError(Exception):
 
 
 class _CappedBuffer(io.StringIO):
+    cut = False
+
     def write(self, text: str) -> int:
         room = OUTPUT_CAP - self.tell()
         if room > 0:
             super().write(text[:room])
+        self.cut = self.cut or len(text) > room
         return len(text)
 
 
@@ -120,18 +156,21 @@ def main() -> None:
     sys.stdout = sys.stderr = buffer
     namespace = {"__name__": "__main__", "sql": _make_sql(send, receive), "pl": pl, "SqlError": SqlError}
     _no_new_processes()
-    _forget_denied_modules()
-    sys.addaudithook(_hook)
+    try:
+        _confine()
+    except OSError as err:  # never run agent code unconfined
+        send({"done": True, "ok": False, "output": f"{LANDLOCK_MISSING} ({err})", "cut": False})  # noqa: F821
+        return
+    if os.environ.get("EHRGYM_AUDIT_HOOK") != "0":  # "0" only from tests of Landlock alone (set by the parent)
+        _purge_denied_modules()
+        sys.addaudithook(_hook)
     ok = True
     try:
         exec(compile(code, "<agent>", "exec"), namespace)
     except BaseException as err:  # the agent's own error is output, never a crash of the tool
         ok = False
         print(f"{type(err).__name__}: {err}", file=buffer)
-    text = buffer.getvalue()
-    if len(text) >= OUTPUT_CAP:
-        text += f"\n[output cut at {OUTPUT_CAP} characters]"
-    send({"done": True, "ok": ok, "output": text})
+    send({"done": True, "ok": ok, "output": buffer.getvalue(), "cut": buffer.cut})
 
 
 main()

@@ -35,8 +35,10 @@ _KEYWORD_FUNCTIONS = frozenset({"current_catalog", "current_schema", "current_us
                                 "user", "current_database", "current_query", "current_setting"})
 _CTE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 # Names DuckDB resolves to its own catalog objects: no CTE or alias may take them (a backstop to the scope check).
-_SYSTEM_NAME = re.compile(r"^(duckdb_|pg_|sqlite_|pragma_|information_schema|system$|temp$|main$|memory$)",
-                          re.IGNORECASE)
+_SYSTEM_NAME = re.compile(
+    r"^(duckdb_|pg_|sqlite_|pragma_|information_schema|(system|temp|main|memory|character_sets|check_constraints"
+    r"|columns|constraint_column_usage|constraint_table_usage|key_column_usage|referential_constraints|schemata"
+    r"|tables|table_constraints|views)$)", re.IGNORECASE)
 MAX_QUERY_CHARS = 64_000  # parsing costs ~8 us a character: a cap keeps one hostile query under half a second
 
 
