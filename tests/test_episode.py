@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.env.gateway import plain
+from pipeline.env.gateway import Limits, plain
 from pipeline.env.release import Release, ReleaseError
 from pipeline.env.sandbox import SandboxLimits
 from pipeline.env.tools import TOOLS, tool_specs
@@ -168,6 +168,14 @@ def test_release_open_refuses_a_modified_file_and_a_different_source(release_dir
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ReleaseError, match="table labevents has 107727 rows"):
         Release.open(copy, demo_db, check_fingerprint=False)
+
+
+def test_release_open_names_a_conflicting_configuration(release: Release, release_dir: Path, demo_db: Path):
+    # DuckDB shares one instance per file in a process: other limits cannot apply; the error says what to do
+    with pytest.raises(ReleaseError, match="already open in this process.*source_cursor"):
+        Release.open(release_dir, demo_db, limits=Limits(memory_limit="123MB"))
+    with release.episode(release.tasks()[0].task_id) as ep:  # the open release still serves
+        assert ep.call("sql", {"query": "SELECT 1 AS one"}).ok
 
 
 def test_python_limits_are_per_episode(release: Release):

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 from pipeline.env.gateway import Gateway, Limits, open_locked
 from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord
 
@@ -87,7 +89,11 @@ class Release:
         tasks, labels = _jsonl(root / "tasks.jsonl", TaskRecord), _jsonl(root / "labels.jsonl", LabelRecord)
         patches = _jsonl(root / "patches" / "patches.jsonl", PatchRecord)
         limits = limits or Limits()
-        con = open_locked(db, limits)
+        try:
+            con = open_locked(db, limits)
+        except duckdb.ConnectionException as exc:  # DuckDB shares one instance per file and process
+            raise ReleaseError(f"{db}: already open in this process with another configuration (a plain connection, or a "
+                               f"release with other limits); close it, or read through release.source_cursor() ({exc})") from exc
         try:
             _check_source(con, manifest, db, check_fingerprint)
         except BaseException:
