@@ -10,10 +10,12 @@ import pytest
 
 from pipeline.env.gateway import Limits, plain
 from pipeline.env.release import Release, ReleaseError
-from pipeline.env.sandbox import SandboxLimits
+from pipeline.env.sandbox import SandboxLimits, landlock_available
 from pipeline.env.tools import TOOLS, tool_specs
 from pipeline.noise.overlay import overlay
 from pipeline.source.schema import load_schema
+
+needs_landlock = pytest.mark.skipif(not landlock_available(), reason="this kernel offers no Landlock: the Python tool refuses to run unconfined")
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +116,7 @@ def test_sql_tool_returns_rows_and_refuses_a_write(release: Release):
     assert not bad.ok and bad.content.startswith("Error: only read queries")
 
 
+@needs_landlock
 def test_python_tool_reaches_the_data_through_the_gateway_only(release: Release):
     with release.episode(release.tasks()[0].task_id) as ep:
         ok = ep.call("python", {"code": "df = sql('SELECT count(*) AS n FROM admissions')\nprint(df['n'][0])"})
@@ -178,6 +181,7 @@ def test_release_open_names_a_conflicting_configuration(release: Release, releas
         assert ep.call("sql", {"query": "SELECT 1 AS one"}).ok
 
 
+@needs_landlock
 def test_python_limits_are_per_episode(release: Release):
     with release.episode(release.tasks()[0].task_id) as ep:
         ep.sandbox_limits = SandboxLimits(wall_seconds=3.0)

@@ -25,7 +25,7 @@ K = 2
 
 @pytest.fixture(scope="module")
 def release_dir(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    config = BuildConfig(db=demo_db, releases_dir=tmp_path_factory.mktemp("releases"), version="eval-test", per_template=1,
+    config = BuildConfig(db=demo_db, releases_dir=tmp_path_factory.mktemp("releases"), version="eval-test", per_template=2,
                          seed=1, intents=["encounter", "laboratory", "vital_signs"], subtypes=SUBTYPES, test_size=6)
     return run_build(config)
 
@@ -34,7 +34,9 @@ def release_dir(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
 def release(release_dir: Path, demo_db: Path):
     from pipeline.env.release import Release
 
-    return Release.open(release_dir, demo_db)
+    opened = Release.open(release_dir, demo_db)
+    yield opened
+    opened.close()  # an open release keeps the source file's locked DuckDB instance alive for later modules
 
 
 def config_for(release_dir: Path, db: Path, **kw) -> EvalConfig:

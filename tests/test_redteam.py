@@ -11,7 +11,7 @@ import yaml
 
 from pipeline.env.gateway import plain
 from pipeline.env.release import Release
-from pipeline.env.sandbox import SandboxLimits
+from pipeline.env.sandbox import SandboxLimits, landlock_available, run_code
 
 FIXTURES = Path(__file__).parent / "fixtures" / "redteam"
 SQL_ATTACKS = yaml.safe_load((FIXTURES / "sql_attacks.yaml").read_text())
@@ -87,17 +87,18 @@ def test_sql_attack_fails_safely(target, attack: dict):
 
 
 # Bad queries whose error text named the overlay ("temp".main.t, "Values list") in a noisy episode only.
-ERROR_PROBES = ["SELECT * FROM {table}, {table}", "SELECT {table}.nosuch FROM {table}", "SELECT t.nosuch FROM {table} t",
-                "SELECT nosuch FROM {table}", "SELECT * FROM {table} a, {table} a", "SELECT {table}.* FROM {table} a",
-                "SELECT * FROM {table} JOIN {table} x USING (nosuch)", "SELECT * FROM {table} ORDER BY 999",
-                "SELECT {table} + 1 FROM {table}", "SELECT sum(*) FROM {table}"]
+ERROR_PROBES = ["SELECT * FROM {table}, {table}", "SELECT {table}.nosuch FROM {table}",
+                "SELECT t.nosuch FROM {table} t", "SELECT nosuch FROM {table}", "SELECT * FROM {table} a, {table} a",
+                "SELECT {table}.* FROM {table} a", "SELECT * FROM {table} JOIN {table} x USING (nosuch)",
+                "SELECT * FROM {table} ORDER BY 999", "SELECT {table} + 1 FROM {table}", "SELECT sum(*) FROM {table}"]
 
 
 def test_error_text_is_the_same_in_the_clean_and_the_noisy_episode_of_a_pair(target):
     """An agent must not tell a patched table by how an error names it."""
     release, noisy = target["release"], target["task_id"]
     pair_id = release.label(noisy).pair_id
-    clean = next(t.task_id for t in release.tasks() if t.task_id != noisy and release.label(t.task_id).pair_id == pair_id)
+    clean = next(t.task_id for t in release.tasks()
+                 if t.task_id != noisy and release.label(t.task_id).pair_id == pair_id)
     probes = [_fill(probe, {"{table}": target["table"]}) for probe in ERROR_PROBES]
     with release.episode(clean, max_turns=100) as clean_episode:
         clean_texts = [clean_episode.call("sql", {"query": probe}).content for probe in probes]
@@ -121,6 +122,33 @@ def test_suite_is_as_large_as_the_issue_asks():
     assert len({a["name"] for a in SQL_ATTACKS + PYTHON_ATTACKS}) == len(SQL_ATTACKS) + len(PYTHON_ATTACKS)
 
 
+@pytest.mark.skipif(not landlock_available(), reason="this kernel offers no Landlock: the Python tool refuses to run")
+def test_landlock_alone_keeps_the_release_and_the_db_out(target):
+    """Without the audit hook, the kernel alone refuses the release, the DB and any program, by any route."""
+    values = target["values"]
+    paths = [f"{values['{release_dir}']}/labels.jsonl", values["{db}"], values["{release_dir}"], "/etc/hostname"]
+    code = "\n".join(["import os, subprocess", *[
+        f"try:\n    {action}\n    print('allowed')\nexcept OSError as err:\n    print('denied', err.errno)"
+        for action in [*(f"open({p!r}, 'rb').read(10)" for p in paths[:2] + paths[3:]), f"os.listdir({paths[2]!r})",
+                       "subprocess.run(['/bin/true'])", "os.execv('/bin/true', ['true'])",
+                       "os.posix_spawn('/bin/true', ['true'], {})"]]])
+    ok, output = run_code(code, lambda sql: target["episode"].query(sql, "python"), audit_hook=False)
+    assert ok and output.splitlines() == ["denied 13"] * 7, output
+
+
+@pytest.mark.skipif(not landlock_available(), reason="this kernel offers no Landlock: the Python tool refuses to run")
 def test_python_still_works_after_the_attacks(target):
     result = target["episode"].call("python", {"code": "print(sql('SELECT count(*) AS n FROM patients')['n'][0])"})
     assert result.ok and result.content.strip() == "100"
+
+
+def test_the_hardened_gateway_still_admits_every_reference_and_gold_program(target):
+    """The allow-lists must not cost legitimate SQL: each label's programs run in an episode of its own task."""
+    release = target["release"]
+    failures = []
+    for task in release.tasks():
+        label = release.label(task.task_id)
+        with release.episode(task.task_id) as episode:
+            outcomes = {sql: episode.gateway.run(sql) for sql in (label.reference_sql, label.gold_sql)}
+        failures += [(task.task_id, o.error) for o in outcomes.values() if not o.ok]
+    assert len(release.tasks()) >= 10 and not failures, failures

@@ -13,18 +13,21 @@ from pipeline.env.records import QueryRecord, ToolCall, ToolResult, Trajectory
 from pipeline.evaluate.records import EpisodeResult
 from pipeline.release.records import LabelRecord
 from pipeline.templates.answers import AnswerValue
+from pipeline.templates.registry import load_templates
 from pipeline.train.cli import sft_command
 from pipeline.train.reward import reward
 from pipeline.train.sft import SYSTEM_PROMPT, SftError, sft_records, write_sft
 
 LOS_SQL = "SELECT round(epoch(dischtime - admittime) / 86400.0, 2) AS value FROM admissions WHERE subject_id = 10014354 AND hadm_id = 23132022"
 
+TEMPLATE_VERSIONS = {t.id: t.spec.version for t in load_templates()}  # labels name the version they were built with
+
 
 def label(condition: str, expected) -> LabelRecord:
     noise = condition == "noise"
     return LabelRecord(
         task_id=f"t-{condition}", pair_id="admission_los_days-1-missing_record", condition=condition, split="train",
-        template_id="admission_los_days", template_version=1, intent="encounter", scope="patient", level="record",
+        template_id="admission_los_days", template_version=TEMPLATE_VERSIONS["admission_los_days"], intent="encounter", scope="patient", level="record",
         subtype="missing_record", subtype_version=1, contract="abstain" if noise else "answer", subject_id=10014354,
         slots={"subject_id": 10014354, "hadm_id": 23132022}, gold_sql=LOS_SQL, reference_sql=LOS_SQL,
         expected=AnswerValue(value=expected, unit="days"), evidence=[{"table_name": "admissions", "hadm_id": 23132022}],

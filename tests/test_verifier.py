@@ -8,8 +8,11 @@ from pipeline.env.records import QueryRecord, ToolCall, ToolResult, Trajectory
 from pipeline.env.verifier import Verdict, normal_unit, registry_template, required_pins, template_of, verify
 from pipeline.release.records import LabelRecord
 from pipeline.templates.answers import AnswerValue
+from pipeline.templates.registry import load_templates
 
 LAB_SLOTS = {"subject_id": 10006053, "hadm_id": 22942076, "lab_label": "Urea Nitrogen"}
+
+TEMPLATE_VERSIONS = {t.id: t.spec.version for t in load_templates()}  # labels name the version they were built with
 
 
 def label(template_id: str, expected: AnswerValue, *, contract: str = "answer", inspect: dict | None = None,
@@ -17,7 +20,7 @@ def label(template_id: str, expected: AnswerValue, *, contract: str = "answer", 
     condition = "clean" if contract == "answer" else "noise"
     return LabelRecord(
         task_id="t-test", pair_id="p-test", condition=condition, split="test", template_id=template_id,
-        template_version=1, intent="laboratory", scope=scope, level="value", subtype="implausible_value",
+        template_version=TEMPLATE_VERSIONS.get(template_id, 1), intent="laboratory", scope=scope, level="value", subtype="implausible_value",
         subtype_version=1, contract=contract, subject_id=10006053, slots=slots or LAB_SLOTS, gold_sql="SELECT 1",
         reference_sql="SELECT 1", expected=expected, evidence=[], inspect=inspect, naive_answer=None, trap=None,
     )

@@ -85,9 +85,10 @@ class Episode:
     def _dispatch(self, tool: str, args: dict[str, Any]) -> ToolResult:
         return getattr(self, f"_tool_{tool}")(**args)
 
-    def query(self, sql: str, via: str) -> QueryOutcome:
-        """Run a statement through the gateway and record it (the Python tool's `sql()` lands here too)."""
-        outcome = self.gateway.run(sql)
+    def query(self, sql: str, via: str, deadline: float | None = None) -> QueryOutcome:
+        """Run a statement through the gateway and record it (the Python tool's `sql()` lands here too, with the
+        tool's deadline: a query never outlives the Python call that sent it)."""
+        outcome = self.gateway.run(sql, deadline)
         self._pending.append(QueryRecord(sql=sql if isinstance(sql, str) else repr(sql), via=via, ok=outcome.ok,
                                          row_count=len(outcome.rows), error=outcome.error))
         return outcome
@@ -100,9 +101,11 @@ class Episode:
                           columns=outcome.columns, rows=outcome.rows, truncated=outcome.truncated)
 
     def _tool_python(self, code: str) -> ToolResult:
-        from pipeline.env.sandbox import run_code
+        from pipeline.env.sandbox import SandboxLimits, run_code
 
-        ok, output = run_code(code, lambda sql: self.query(sql, "python"), self.sandbox_limits)
+        limits = self.sandbox_limits or SandboxLimits()
+        deadline = time.monotonic() + limits.wall_seconds
+        ok, output = run_code(code, lambda sql: self.query(sql, "python", deadline), limits)
         return ToolResult(ok=True, content=output) if ok else error(output)
 
     def _tool_schema(self, table: str | None = None) -> ToolResult:

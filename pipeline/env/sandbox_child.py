@@ -13,8 +13,6 @@ import os
 import sys
 import types
 
-import polars as pl
-
 SCRATCH = os.path.realpath(os.getcwd())
 OUTPUT_CAP = int(os.environ.get("EHRGYM_OUTPUT_CAP", "20000"))
 _PYTHON_ROOTS = sorted({os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}
@@ -55,18 +53,31 @@ def _readable(path, mode) -> bool:
     return read_only and real.endswith((".py", ".pyc", ".so")) and real.startswith(_READ_ROOTS)
 
 
-def _confine() -> None:
-    """Landlock (from landlock.py, prepended by the parent): the real confinement, for this process for good."""
-    confine(_PYTHON_ROOTS + _LIBRARY_ROOTS, [SCRATCH])  # noqa: F821 (defined by the prepended landlock.py)
+def _confine() -> str | None:
+    """Landlock (from landlock.py, prepended by the parent), for this process for good; the refusal text if the
+    kernel cannot do it. It binds only the calling thread and the threads it starts later, hence before polars."""
+    try:
+        confine(_PYTHON_ROOTS + _LIBRARY_ROOTS, [SCRATCH])  # noqa: F821 (defined by the prepended landlock.py)
+    except OSError as err:
+        return f"{LANDLOCK_MISSING} ({err})"  # noqa: F821
+    return None
+
+
+_UNCONFINED = _confine()
+
+import polars as pl  # noqa: E402  (after Landlock: polars' I/O threads must inherit the ruleset)
+
+
+def _denied(value) -> bool:
+    return isinstance(value, types.ModuleType) and value.__name__.split(".")[0] in _DENIED_ROOTS
 
 
 def _purge_denied_modules() -> None:
     """Drop denied modules from sys.modules and from every loaded module's namespace (polars keeps `subprocess`
     and `ctypes`), and empty the namespaces of the process- and socket-making ones, so no reference reaches them."""
-    denied = lambda value: isinstance(value, types.ModuleType) and value.__name__.split(".")[0] in _DENIED_ROOTS  # noqa: E731
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)
-        for key in [k for k, v in namespace.items() if denied(v)] if isinstance(namespace, dict) else []:
+        for key in [k for k, v in namespace.items() if _denied(v)] if isinstance(namespace, dict) else []:
             del namespace[key]
     for name in [n for n in sys.modules if n.split(".")[0] in _DENIED_ROOTS]:
         module = sys.modules.pop(name)
@@ -155,12 +166,10 @@ def main() -> None:
     buffer = _CappedBuffer()
     sys.stdout = sys.stderr = buffer
     namespace = {"__name__": "__main__", "sql": _make_sql(send, receive), "pl": pl, "SqlError": SqlError}
-    _no_new_processes()
-    try:
-        _confine()
-    except OSError as err:  # never run agent code unconfined
-        send({"done": True, "ok": False, "output": f"{LANDLOCK_MISSING} ({err})", "cut": False})  # noqa: F821
+    if _UNCONFINED:  # never run agent code unconfined
+        send({"done": True, "ok": False, "output": _UNCONFINED, "cut": False})
         return
+    _no_new_processes()
     if os.environ.get("EHRGYM_AUDIT_HOOK") != "0":  # "0" only from tests of Landlock alone (set by the parent)
         _purge_denied_modules()
         sys.addaudithook(_hook)
