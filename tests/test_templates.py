@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import duckdb
@@ -164,3 +165,15 @@ def test_list_answers_of_dates_are_iso_text():
 
     frame = pl.DataFrame({"value": [dt.date(2150, 1, 2), dt.date(2150, 1, 1)]})
     assert canonical_answer(frame, Answer(type=AnswerType.list)).value == ["2150-01-01", "2150-01-02"]
+
+
+def test_lint_reports_noise_that_cannot_apply(tmp_path: Path):
+    folder = tmp_path / "laboratory"
+    folder.mkdir()
+    for source in (BROKEN / "laboratory").glob("good_lab.*"):
+        text = source.read_text().replace("id: good_lab", "id: windowless")
+        if source.suffix == ".yaml":
+            text = re.sub(r"^noise: \[", "noise: [out_of_window, ", text, flags=re.M)
+        (folder / source.name.replace("good_lab", "windowless")).write_text(text)
+    problems = lint_file(folder / "windowless.yaml").problems
+    assert problems == ["noise: 'out_of_window' cannot apply here; it needs date slots window_start and window_end"]

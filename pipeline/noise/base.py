@@ -48,6 +48,7 @@ class NoiseSubtype(ABC):
     name: ClassVar[str]
     level: ClassVar[str]
     version: ClassVar[int] = 1
+    requires: ClassVar[str] = "nothing beyond being listed"  # what `applies` asks of a template, in words (lint)
     # The noise claims the record holds no answer: the clean gold program must find nothing on the noisy data
     # or count nothing (hiding the top N items' rows of a top-N question leaves another, fully supported top N;
     # hiding a patient's stays in a unit makes "was the patient ever in the unit?" a supported "no": no pair).

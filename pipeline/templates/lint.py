@@ -110,6 +110,15 @@ def render_problems(template: Template) -> list[str]:
     return problems
 
 
+def noise_problems(template: Template) -> list[str]:
+    """Every listed noise sub-type must be able to apply to the template (a listing that never applies misleads)."""
+    from pipeline.noise.base import subtypes  # the noise package builds on templates, not the other way round
+
+    registry = subtypes()
+    return [f"noise: {name!r} cannot apply here; it needs {registry[name].requires}"
+            for name in template.spec.noise if name in registry and not registry[name].applies(template)]
+
+
 def lint_file(path: Path) -> LintResult:
     result = LintResult(Path(path))
     try:
@@ -117,7 +126,7 @@ def lint_file(path: Path) -> LintResult:
     except TemplateError as exc:
         result.problems.append(str(exc).removeprefix(f"{path}: "))
         return result
-    result.problems += slot_problems(template) + render_problems(template)
+    result.problems += slot_problems(template) + render_problems(template) + noise_problems(template)
     return result
 
 

@@ -107,6 +107,7 @@ def conflicting_copies(con, ev: Evidence, record: Record, rows: list[dict], rng)
 class ConflictingDuplicate(NoiseSubtype):
     name = "conflicting_duplicate"
     level = "record"
+    requires = "evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads"
     version = 2  # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
 
     def applies(self, template):

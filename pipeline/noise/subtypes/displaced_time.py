@@ -35,6 +35,7 @@ MAX_DISPLACED = 3  # population scope: how many evidence rows move
 class DisplacedTime(NoiseSubtype):
     name = "displaced_time"
     level = "record"
+    requires = "evidence rows of a timed event table (TIME_COLUMNS), not the encounter row itself"
 
     def applies(self, template):
         """Listed, and the evidence is timed rows of an encounter (not the admission row itself)."""

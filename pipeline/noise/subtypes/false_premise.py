@@ -18,6 +18,7 @@ MAX_TRIES = 8  # candidate values tried (each costs one gold query)
 class FalsePremise(NoiseSubtype):
     name = "false_premise"
     level = "query"
+    requires = "a patient-level template with a concept slot (one with a vocabulary) or both subject_id and hadm_id"
 
     def applies(self, template):
         slots = template.spec.slots

@@ -18,6 +18,7 @@ ENTITY_SLOTS = {"stay_id": ("icustays", "stay_id"), "hadm_id": ("admissions", "h
 class NonexistentEntity(NoiseSubtype):
     name = "nonexistent_entity"
     level = "query"
+    requires = "an entity slot (subject_id, hadm_id or stay_id)"
     version = 2  # 2: identifiers above the largest (same digit count) are candidates too
 
     def applies(self, template):

@@ -20,6 +20,7 @@ from pipeline.templates.programs import load_python_program
 class NullValue(NoiseSubtype):
     name = "null_value"
     level = "value"
+    requires = "a patient-level template (a population answer over many rows survives one NULL)"
     version = 2  # 2: records of non-measurement tables lose the value column their question reads
 
     def applies(self, template):

@@ -23,6 +23,7 @@ MAX_ORPHANED = 3  # population scope: how many parent encounters are hidden
 class OrphanReference(NoiseSubtype):
     name = "orphan_reference"
     level = "record"
+    requires = "evidence rows of a table that references an encounter (not admissions itself)"
 
     def applies(self, template):
         """Listed, and the evidence is not the admission row itself (it must reference a parent encounter)."""

@@ -24,6 +24,7 @@ FAR_SHIFTS = tuple(2 ** k for k in range(4, 15))  # then 16, 32, ... 16,384 leng
 class OutOfWindow(NoiseSubtype):
     name = "out_of_window"
     level = "query"
+    requires = "date slots window_start and window_end"
 
     def applies(self, template):
         slots = template.spec.slots

@@ -44,6 +44,7 @@ def placeholder_rule(text: str, number: str | None) -> Rule:
 class PlaceholderValue(NoiseSubtype):
     name = "placeholder_value"
     level = "value"
+    requires = "evidence in a table with a text value column (measurements.yaml, placeholders.yaml) the gold SQL reads"
 
     def applies(self, template):
         return super().applies(template) and value_columns(evidence_table_name(template), template.gold_sql) is not None

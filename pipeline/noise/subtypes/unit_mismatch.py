@@ -62,6 +62,7 @@ def wrong_unit_rule(units: Units, expected: dict) -> Rule:
 class UnitMismatch(NoiseSubtype):
     name = "unit_mismatch"
     level = "value"
+    requires = "evidence in a table with a unit column (measurements.yaml, units.yaml)"
 
     def applies(self, template):
         return super().applies(template) and units_of(evidence_table_name(template)) is not None

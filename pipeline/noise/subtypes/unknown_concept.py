@@ -58,6 +58,7 @@ def misspell(name: str, rng) -> str:
 class UnknownConcept(NoiseSubtype):
     name = "unknown_concept"
     level = "query"
+    requires = "a concept slot (a text slot with a vocabulary: table.column)"
 
     def applies(self, template):
         return super().applies(template) and bool(concept_slots(template))
