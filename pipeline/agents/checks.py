@@ -15,7 +15,7 @@ import sqlglot
 from sqlglot import expressions as exp
 
 from pipeline.noise.base import Rejected
-from pipeline.noise.encounters import ADMISSION, STAY, orphan_sql, outside_sql, parent_encounter
+from pipeline.noise.encounters import ADMISSION, ROUTINE_LEAD_HOURS, STAY, orphan_sql, outside_sql, parent_encounter
 from pipeline.noise.measurements import measurement_tables, plausible_ranges
 from pipeline.noise.subtypes.conflicting_duplicate import record_of
 from pipeline.noise.subtypes.displaced_time import TIME_COLUMNS
@@ -76,9 +76,6 @@ def _value_columns(table: str) -> set[str]:
 # moved outside its encounter drops out of a time-windowed pick).
 RULE_ROWS = {"null_value": "candidate_rows", "placeholder_value": "candidate_rows",
              "displaced_time": "entity_rows", "unit_mismatch": "entity_rows"}
-# Labs and charted vitals are routinely recorded before the admission / ICU stay they belong to (ED draws,
-# charting before the formal in-time): outside a window they doubt nothing, so only their candidate rows count.
-ROUTINELY_BEFORE_ENCOUNTER = frozenset({"labevents", "chartevents"})
 
 
 def row_rules(template: Template, table: str, items: dict[str, str] | None, patient: bool) -> dict[str, str]:
@@ -157,7 +154,8 @@ def _outside(enc, table: str) -> str | None:
         return None
     time = TIME_COLUMNS[table][0]
     as_date = load_schema()[table].column(time).ddl_type.startswith("DATE")
-    return outside_sql(enc, table, time, as_date)
+    # labs and charted vitals are routinely recorded hours outside their encounter: only a row beyond is doubtful
+    return outside_sql(enc, table, time, as_date, ROUTINE_LEAD_HOURS.get(table, 0))
 
 
 def item_units_sql(table: str, keyed: str) -> str | None:
@@ -198,8 +196,6 @@ def patient_flags_sql(row_sets: dict[str, str | None], rules: dict[str, str], ta
               f"(SELECT count(*) FROM {'entity_rows' if row_sets.get('entity_rows') else 'answer_rows'}) AS n_entity"]
     for name, sql in sorted(rules.items()):
         rows = RULE_ROWS.get(name, "answer_rows")
-        if name == "displaced_time" and table in ROUTINELY_BEFORE_ENCOUNTER:
-            rows = "candidate_rows"
         rows = rows if row_sets.get(rows) else "answer_rows"
         counts.append(f"(SELECT count(*) FROM {rows} AS {table} WHERE coalesce(({sql}), FALSE)) AS {name}")
     return f"WITH {', '.join(ctes)} SELECT {', '.join(counts)}"

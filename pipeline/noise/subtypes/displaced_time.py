@@ -1,8 +1,8 @@
 """displaced_time (record level): an evidence row's time moves outside its encounter's window.
 
 The row keeps its hadm_id / stay_id but its time now lies a few hours (days, for a date) before the
-admission's admittime (the ICU stay's intime, for a stay question), so it is also outside any first-24-h
-window; every time column of the row moves by the same shift. The gold program then skips it and picks
+admission's admittime (the ICU stay's intime, for a stay question), beyond the lead by which labs and charted
+vitals routinely precede their encounter (`ROUTINE_LEAD_HOURS`), so it is also outside any first-24-h window; every time column of the row moves by the same shift. The gold program then skips it and picks
 another row, or still counts it: the naive answer shows which. Patient scope: abstain (guard: an evidence
 row's time lies outside its encounter's window). Population scope: repair by answering over the rows whose
 time lies inside their encounter's window.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
-from pipeline.noise.encounters import declared_evidence_tables, outside_mask, outside_sql, parent_encounter, with_tables
+from pipeline.noise.encounters import ROUTINE_LEAD_HOURS, declared_evidence_tables, outside_mask, outside_sql, parent_encounter, with_tables
 from pipeline.noise.evidence import evidence_table, rows_by_key
 from pipeline.noise.exclusion import excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
@@ -35,6 +35,7 @@ MAX_DISPLACED = 3  # population scope: how many evidence rows move
 class DisplacedTime(NoiseSubtype):
     name = "displaced_time"
     level = "record"
+    version = 2  # 2: labs and charted vitals move beyond the lead by which they routinely precede their encounter
     requires = "evidence rows of a timed event table (TIME_COLUMNS), not the encounter row itself"
 
     def applies(self, template):
@@ -90,11 +91,12 @@ def _inside(value, start, end) -> bool:
 
 
 def _displace(row: dict, table: str, start, rng) -> dict:
-    """The row with every time column shifted so that its main time lies 2-12 h (1-3 days) before `start`."""
+    """The row with every time column shifted so that its main time lies 2-12 h (1-3 days) before `start`,
+    beyond the table's routine lead."""
     columns = TIME_COLUMNS[table]
     main = row[columns[0]]
     if isinstance(main, dt.datetime):
-        shift = start - dt.timedelta(hours=int(rng.integers(2, 13))) - main
+        shift = start - dt.timedelta(hours=ROUTINE_LEAD_HOURS.get(table, 0) + int(rng.integers(2, 13))) - main
     else:
         shift = dt.timedelta(days=(start.date() - main).days - int(rng.integers(1, 4)))
     return {**row, **{c: row[c] + shift for c in columns if row[c] is not None}}
