@@ -16,9 +16,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import duckdb
 import numpy as np
 
+from pipeline.db import open_source
 from pipeline.noise.base import Rejected, subtypes
 from pipeline.noise.overlay import overlay, source_catalog
 from pipeline.noise.verify import verify_pair
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="worker processes for the parallel rate (0: skip)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    con = duckdb.connect(str(args.db), read_only=True)
+    con = open_source(args.db)
     templates = {t.id: t for t in load_templates()}
     started = time.perf_counter()
     tasks, _ = instantiate(con, list(templates.values()), args.per_template, seed=0)

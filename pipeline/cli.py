@@ -179,8 +179,7 @@ def tasks(
     templates_root: Annotated[Path | None, typer.Option("--templates", help="templates folder")] = None,
 ) -> None:
     """Instantiate clean tasks: gold SQL and gold Python must agree; every drop is counted by reason."""
-    import duckdb
-
+    from pipeline.db import open_source
     from pipeline.templates.instantiate import instantiate, write_tasks
     from pipeline.templates.registry import DEFAULT_TEMPLATES, load_templates
     from pipeline.templates.spec import TemplateError
@@ -191,7 +190,7 @@ def tasks(
         fail(f"{exc} (run `ehrgym templates check` for every problem)")
     if not db.is_file():
         fail(f"{db}: no such database file")
-    con = duckdb.connect(str(db), read_only=True)
+    con = open_source(db)
     with Progress(TextColumn("{task.description:<36}"), BarColumn(), TimeElapsedColumn(), console=console) as bar:
         job = bar.add_task("instantiating", total=len(templates))
         try:

@@ -16,3 +16,11 @@ def scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = 
 def first_row(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> tuple | None:
     rows = con.execute(sql, params or []).fetchall()
     return rows[0] if rows else None
+
+
+def open_source(path: str) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to a source database; DuckDB's own progress bar stays off (ours show progress,
+    and a worker process would otherwise print one bar per slow query into the log)."""
+    con = duckdb.connect(str(path), read_only=True)
+    con.execute("SET enable_progress_bar = false")  # a session option: it cannot go into connect's config
+    return con

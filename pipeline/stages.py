@@ -17,13 +17,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
 import pipeline
 from pipeline.atomic import atomic_output
 from pipeline.build import (BuildConfig, Progress, build_records, cap_per_cell, default_gate, manifest_of,
                             select_subtypes, select_templates, source_fingerprint)
+from pipeline.db import open_source
 from pipeline.noise.verify import NoisePair
 from pipeline.release.pairs import candidate_pairs, choose_pairs
 from pipeline.release.publish import publish_release
@@ -219,7 +219,7 @@ def fingerprint(work: Path) -> Path:
     """Row counts and content digest of the source database (source.json)."""
     def write(tmp: Path) -> None:
         config = load_config(work)
-        with duckdb.connect(str(config.db), read_only=True) as con:
+        with open_source(config.db) as con:
             source = {"database": Path(config.db).name, **source_fingerprint(con)}
         tmp.write_text(json.dumps(source, indent=1, sort_keys=True) + "\n")
 
@@ -232,7 +232,7 @@ def instantiate_shard(work: Path, shard: str, progress: Progress | None = None) 
         config = load_config(work)
         templates = shard_templates(config, shard)
         done = iter(range(1, len(templates) + 1))
-        with duckdb.connect(str(config.db), read_only=True) as con:
+        with open_source(config.db) as con:
             tasks, report = instantiate(con, templates, config.per_template, config.seed,
                                         on_template=lambda t, n: progress and progress("tasks", next(done), len(templates)))
         _write_text(tmp / "tasks.jsonl", _jsonl(tasks))
@@ -248,7 +248,7 @@ def pair_shard(work: Path, tasks_dir: Path, progress: Progress | None = None, wo
         config = load_config(work)
         tasks = _read_jsonl(Path(tasks_dir) / "tasks.jsonl", CleanTask)
         by_id = {t.id: t for t in shard_templates(config, Path(tasks_dir).name)}
-        with duckdb.connect(str(config.db), read_only=True) as con:
+        with open_source(config.db) as con:
             verified, rejected = candidate_pairs(con, tasks, by_id, select_subtypes(config), config.seed,
                                                  on_task=lambda n: progress and progress("pairs", n, len(tasks)),
                                                  workers=workers)
@@ -312,7 +312,7 @@ def pair_gate(work: Path, assembled: Path, gate: Callable | None = None) -> Path
     it raises to stop the export; its report becomes the release's gates.json."""
     def write(tmp: Path) -> None:
         config = load_config(work)
-        with duckdb.connect(str(config.db), read_only=True) as con:
+        with open_source(config.db) as con:
             report = (gate or default_gate)(*read_records(Path(assembled)), con)
         tmp.write_text(json.dumps(report.to_json_dict(), indent=1, sort_keys=True, default=str) + "\n")
 

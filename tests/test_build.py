@@ -68,6 +68,24 @@ def test_tasks_carry_nothing_from_labels(release: Path):
     assert order != ["clean", "noise"] * (len(order) // 2) and order != ["noise", "clean"] * (len(order) // 2)
 
 
+def test_every_label_evidence_query_returns_its_rows_and_large_evidence_is_not_inlined(release: Path, demo_db: Path):
+    import duckdb
+
+    from pipeline.release.records import EVIDENCE_INLINE_MAX
+    from pipeline.templates.instantiate import _jsonable
+
+    labels = _jsonl(release / "labels.jsonl")
+    with duckdb.connect(str(demo_db), read_only=True) as con:
+        for lab in labels:
+            rows = con.sql(f"SELECT * FROM ({lab['evidence_sql']}) ORDER BY ALL").pl().to_dicts()
+            assert len(rows) == lab["evidence_rows"] > 0, lab["task_id"]
+            if lab["evidence_rows"] <= EVIDENCE_INLINE_MAX:
+                assert lab["evidence"] == [{k: _jsonable(v) for k, v in row.items()} for row in rows], lab["task_id"]
+            else:
+                assert lab["evidence"] is None, lab["task_id"]
+    assert {lab["evidence"] is None for lab in labels} == {True, False}  # both kinds are in this release
+
+
 def test_splits_are_patient_disjoint_and_test_is_balanced(release: Path):
     labels = _jsonl(release / "labels.jsonl")
     splits_of: dict[int, set] = {}
@@ -234,3 +252,19 @@ def test_cap_per_cell_keeps_a_seeded_subset_of_each_cell():
 
 def test_an_unset_cap_leaves_the_manifest_config_as_before(release: Path):
     assert "pairs_per_cell" not in json.loads((release / "manifest.json").read_text())["config"]
+
+
+def test_labels_of_releases_published_before_evidence_sql_still_load(release: Path):
+    from pipeline.release.records import LabelRecord
+
+    label = _jsonl(release / "labels.jsonl")[0]
+    older = {k: v for k, v in label.items() if k not in ("evidence_sql", "evidence_rows")}
+    assert LabelRecord.model_validate(older).evidence_sql is None
+    assert LabelRecord.model_validate(label).evidence_rows == label["evidence_rows"]
+
+
+def test_source_connections_keep_duckdbs_own_progress_bar_off(demo_db: Path):
+    from pipeline.db import open_source, scalar
+
+    with open_source(demo_db) as con:
+        assert scalar(con, "SELECT current_setting('enable_progress_bar')") is False

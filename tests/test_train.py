@@ -30,7 +30,9 @@ def label(condition: str, expected) -> LabelRecord:
         template_id="admission_los_days", template_version=TEMPLATE_VERSIONS["admission_los_days"], intent="encounter", scope="patient", level="record",
         subtype="missing_record", subtype_version=1, contract="abstain" if noise else "answer", subject_id=10014354,
         slots={"subject_id": 10014354, "hadm_id": 23132022}, gold_sql=LOS_SQL, reference_sql=LOS_SQL,
-        expected=AnswerValue(value=expected, unit="days"), evidence=[{"table_name": "admissions", "hadm_id": 23132022}],
+        expected=AnswerValue(value=expected, unit="days"), evidence_rows=1,
+        evidence_sql="SELECT 'admissions' AS table_name, hadm_id FROM admissions WHERE hadm_id = 23132022",
+        evidence=[{"table_name": "admissions", "hadm_id": 23132022}],
         inspect={"table": "admissions", "filter": {"subject_id": 10014354, "hadm_id": 23132022}} if noise else None,
         naive_answer=None, trap=False if noise else None)
 

@@ -22,7 +22,7 @@ def label(template_id: str, expected: AnswerValue, *, contract: str = "answer", 
         task_id="t-test", pair_id="p-test", condition=condition, split="test", template_id=template_id,
         template_version=TEMPLATE_VERSIONS.get(template_id, 1), intent="laboratory", scope=scope, level="value", subtype="implausible_value",
         subtype_version=1, contract=contract, subject_id=10006053, slots=slots or LAB_SLOTS, gold_sql="SELECT 1",
-        reference_sql="SELECT 1", expected=expected, evidence=[], inspect=inspect, naive_answer=None, trap=None,
+        reference_sql="SELECT 1", expected=expected, evidence_sql="SELECT 1", evidence_rows=0, evidence=[], inspect=inspect, naive_answer=None, trap=None,
     )
 
 

@@ -34,17 +34,17 @@ def _iso(value: Any) -> Any:
 
 
 def keys_frame(keys: list[dict[str, Any]], schema: pl.Schema) -> pl.LazyFrame:
-    """Key rows (datetimes as ISO text, as tasks store them, or as datetimes) typed like the table's columns."""
-    frame = pl.DataFrame([{c: _iso(v) for c, v in key.items()} for key in keys])
-    columns = []
-    for name in frame.columns:
-        target, column = schema[name], pl.col(name)
-        if frame.schema[name] == pl.String and target == pl.Date:
-            column = column.str.to_date()
-        elif frame.schema[name] == pl.String and isinstance(target, pl.Datetime):
-            column = column.str.to_datetime(time_unit=target.time_unit)
-        columns.append(column.cast(target))
-    return frame.lazy().select(columns)
+    """Key rows (datetimes as ISO text, as tasks store them, or as datetimes) typed like the table's columns.
+    Built column by column: a population question's evidence can hold hundreds of thousands of keys."""
+    return pl.DataFrame([_key_column(name, [key[name] for key in keys], schema[name]) for name in keys[0]]).lazy()
+
+
+def _key_column(name: str, values: list[Any], target: pl.DataType) -> pl.Series:
+    if target.is_temporal() and any(isinstance(v, str) for v in values):
+        text = pl.Series(name, [_iso(v) for v in values], dtype=pl.String)
+        parsed = text.str.to_date() if target == pl.Date else text.str.to_datetime(time_unit=target.time_unit)
+        return parsed.cast(target)
+    return pl.Series(name, values).cast(target)
 
 
 def guarded_sql(gold_sql: str, table: str, keys: list[dict[str, Any]], abstain_sql: str) -> str:

@@ -59,7 +59,8 @@ reference Python on the clean data and on a copy-on-write overlay of the noisy d
   `split`. Clean and noisy tasks are interleaved under opaque ids; nothing tells the condition or the partner.
 - `labels.jsonl`, `labels/{{train,test}}.parquet`: hidden labels: `condition` (clean/noise), `pair_id`, `level`,
   `subtype`, `contract` (answer/abstain/repair), `expected` answer (value, unit, associated records), gold and
-  reference SQL, `evidence` keys, the evidence an agent must `inspect`, the `naive_answer` (clean SQL on noisy data)
+  reference SQL, the `evidence` keys (inline up to 1,000 rows; `evidence_sql` returns them on the source database,
+  `evidence_rows` counts them), the evidence an agent must `inspect`, the `naive_answer` (clean SQL on noisy data)
   and `trap` (the naive reading answers, wrongly). In Parquet, fields whose shape varies (slots, answers, evidence)
   are JSON text (`*_json` columns); the JSONL files keep them as structures.
 - `patches/patches.jsonl`: per pair, the patch (rows hidden/added per table, or changed question slots) from which

@@ -10,6 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 import duckdb
 import numpy as np
 
+from pipeline.db import open_source
 from pipeline.noise.base import NoiseSubtype, Rejected
 from pipeline.noise.verify import NoisePair, verify_pair
 from pipeline.templates.instantiate import CleanTask
@@ -57,7 +58,7 @@ def database_path(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def _start_worker(db_path: str, templates: dict[str, Template], subtypes: dict[str, NoiseSubtype], seed: int) -> None:
-    _worker.update(con=duckdb.connect(db_path, read_only=True), templates=templates, subtypes=subtypes, seed=seed)
+    _worker.update(con=open_source(db_path), templates=templates, subtypes=subtypes, seed=seed)
 
 
 def _pairs_of_chunk(tasks: list[CleanTask]) -> tuple[dict[str, list[NoisePair]], Counter]:

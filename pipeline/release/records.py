@@ -45,7 +45,11 @@ class LabelRecord(BaseModel):
     gold_sql: str  # the clean gold SQL (rendered with this task's slots)
     reference_sql: str  # the program whose answer is expected on this task's data
     expected: AnswerValue
-    evidence: list[dict[str, Any]]
+    evidence: list[dict[str, Any]] | None  # the evidence rows inline, up to EVIDENCE_INLINE_MAX; else run evidence_sql
+    # On the source database `evidence_sql` returns the evidence rows (the keys the answer rests on). Releases
+    # published before these two fields existed load with None (they inline every evidence row).
+    evidence_sql: str | None = None
+    evidence_rows: int | None = None
     inspect: dict[str, Any] | None
     naive_answer: AnswerValue | None  # noise only: the clean program run on the noisy data
     trap: bool | None
@@ -58,6 +62,11 @@ class PatchRecord(BaseModel):
     pair_id: str
     noise_task_id: str
     patch: Patch
+
+
+# A population question's evidence can be most of a large table (every heart rate of every stay: 135,853 keys on
+# 1,000 synthetic patients, 14 MB of JSON per label); above this many rows a label keeps the query, not the rows.
+EVIDENCE_INLINE_MAX = 1_000
 
 
 def opaque_id(pair_id: str, condition: str) -> str:
@@ -73,6 +82,8 @@ def records_of(pair: NoisePair, split: str) -> tuple[list[TaskRecord], list[Labe
         "level": pair.level, "subtype": pair.subtype, "subtype_version": pair.subtype_version,
         "subject_id": subject_of(pair),
     }
+    common |= {"evidence_sql": clean.evidence_sql, "evidence_rows": len(clean.evidence),
+               "evidence": clean.evidence if len(clean.evidence) <= EVIDENCE_INLINE_MAX else None}
     ids = {c: opaque_id(pair.pair_id, c) for c in ("clean", "noise")}
     tasks = [
         TaskRecord(task_id=ids["clean"], question=clean.question, scope=clean.scope, intent=clean.intent, split=split),
@@ -80,10 +91,10 @@ def records_of(pair: NoisePair, split: str) -> tuple[list[TaskRecord], list[Labe
     ]
     labels = [
         LabelRecord(task_id=ids["clean"], condition="clean", contract="answer", slots=clean.slots, gold_sql=clean.gold_sql,
-                    reference_sql=clean.gold_sql, expected=clean.answer, evidence=clean.evidence, inspect=None,
+                    reference_sql=clean.gold_sql, expected=clean.answer, inspect=None,
                     naive_answer=None, trap=None, **common),
         LabelRecord(task_id=ids["noise"], condition="noise", contract=pair.contract, slots=pair.noisy_slots,
                     gold_sql=clean.gold_sql, reference_sql=pair.reference_sql, expected=pair.expected,
-                    evidence=clean.evidence, inspect=pair.inspect, naive_answer=pair.naive_answer, trap=pair.trap, **common),
+                    inspect=pair.inspect, naive_answer=pair.naive_answer, trap=pair.trap, **common),
     ]
     return tasks, labels, PatchRecord(pair_id=pair.pair_id, noise_task_id=ids["noise"], patch=pair.patch)

@@ -38,6 +38,7 @@ class CleanTask(BaseModel):
     gold_sql: str
     answer: AnswerValue
     python_answer: AnswerValue
+    evidence_sql: str  # the evidence query rendered with the slots: on the source it returns `evidence`
     evidence: list[dict[str, Any]]
 
 
@@ -110,14 +111,15 @@ def _attempt(con, tables, template, gold_python, slots, report_drop) -> CleanTas
     if not answers_agree(sql_answer, python_answer, spec.answer):
         return report_drop("sql_python_disagree")
     report_drop.agreed()
-    evidence = con.sql(f"SELECT * FROM ({render_sql(template.evidence_sql, slots)}) ORDER BY ALL").pl().to_dicts()
+    evidence_sql = render_sql(template.evidence_sql, slots).strip()
+    evidence = con.sql(f"SELECT * FROM ({evidence_sql}) ORDER BY ALL").pl().to_dicts()
     if not evidence:
         return report_drop("no_evidence")
     return CleanTask(
         task_id=task_id(template, slots), template_id=template.id, template_version=spec.version,
         intent=spec.intent, scope=spec.scope.value, question="", slots={k: _jsonable(v) for k, v in slots.items()},
         gold_sql=render_sql(template.gold_sql, slots).strip(), answer=sql_answer, python_answer=python_answer,
-        evidence=[{k: _jsonable(v) for k, v in row.items()} for row in evidence],
+        evidence_sql=evidence_sql, evidence=[{k: _jsonable(v) for k, v in row.items()} for row in evidence],
     )
 
 
