@@ -11,8 +11,6 @@ from pipeline.source.schema import load_schema
 from pipeline.source.synthetic import generate_synthetic
 from pipeline.source.synthetic.fidelity import fidelity_report, write_fidelity_html
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-DEMO_DIR = SHARED_DATA / "mimic-iv-demo-2.2"
 SCHEMA = load_schema()
 PATIENTS = 300
 DUCKDB_CANONICAL = {"REAL": "FLOAT"}  # DESCRIBE spells the 4-byte float type FLOAT
@@ -151,9 +149,8 @@ def test_progress_reports_patients_done(tmp_path):
     assert seen == [("dictionaries", 1), ("patients", 10), ("patients", 20), ("patients", 25)]
 
 
-@pytest.mark.skipif(not DEMO_DIR.is_dir(), reason=f"MIMIC-IV demo not found at {DEMO_DIR} (needed for fidelity)")
-def test_fidelity_against_demo(synthetic_1000, tmp_path):
-    report = fidelity_report(synthetic_1000, DEMO_DIR)
+def test_fidelity_against_demo(synthetic_1000, demo_dir: Path, tmp_path):
+    report = fidelity_report(synthetic_1000, demo_dir)  # the fixture skips, naming the path, without the demo
     failing = {k: v for section in ("rows_per_patient", "lab_medians") for k, v in report[section].items()
                if not v["pass"]}
     assert failing == {}
