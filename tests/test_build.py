@@ -36,7 +36,7 @@ def test_release_has_every_file_and_the_manifest_hashes_them(release: Path):
     manifest = json.loads((release / "manifest.json").read_text())
     files = {p.relative_to(release).as_posix() for p in release.rglob("*") if p.is_file()} - {"manifest.json"}
     assert set(manifest["files"]) == files >= {
-        "tasks.jsonl", "labels.jsonl", "patches/patches.jsonl", "README.md", "gates.json",
+        "tasks.jsonl", "labels.jsonl", "patches/patches.jsonl", "README.md", "gates.json", "report.html",
         "tasks/train.parquet", "tasks/test.parquet", "labels/train.parquet", "labels/test.parquet"}
     for name, entry in manifest["files"].items():
         assert hashlib.sha256((release / name).read_bytes()).hexdigest() == entry["sha256"], name
@@ -268,3 +268,19 @@ def test_source_connections_keep_duckdbs_own_progress_bar_off(demo_db: Path):
 
     with open_source(demo_db) as con:
         assert scalar(con, "SELECT current_setting('enable_progress_bar')") is False
+
+
+def test_report_plots_and_tabulates_the_published_pairs(release: Path):
+    import re
+
+    manifest, labels = json.loads((release / "manifest.json").read_text()), _jsonl(release / "labels.jsonl")
+    report = (release / "report.html").read_text()
+    assert report.count("<svg") == 4  # pairs by intent x sub-type, splits, traps, rejections
+    assert f"{manifest['pairs']['published']} Clean-Noise pairs published" in report
+    noise = [lab for lab in labels if lab["condition"] == "noise"]
+    for intent, total in Counter(lab["intent"] for lab in noise).items():  # the heatmap table's last column
+        row = re.search(rf"<tr><td>{intent}</td>(.*?)</tr>", report, re.S).group(1)
+        assert re.findall(r"<td>(\d+)</td>", row)[-1] == str(total)
+    rejected = sum(manifest["rejections"].values())
+    table = report[report.index("<h2>Rejected candidate pairs"):]
+    assert rejected == sum(int(n) for n in re.findall(r"<td>[^<]+</td><td>[^<]+</td><td>(\d+)</td></tr>", table))

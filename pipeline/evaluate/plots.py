@@ -13,7 +13,8 @@ plt.rcParams.update({"svg.hashsalt": "ehrgym-eval", "svg.fonttype": "none", "fon
 CONDITION_COLOURS = {"clean": "#4c78a8", "noise": "#e45756"}
 
 
-def _svg(fig) -> str:
+def svg_text(fig) -> str:
+    """A figure as inline SVG text (the figure is closed)."""
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
@@ -39,7 +40,7 @@ def overall_bars(agents: dict[str, dict]) -> str:
     ax.set_ylabel("%")
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title("Pass@1 Clean vs Noise")
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def breakdown_bars(agents: dict[str, dict], field: str) -> str:
@@ -58,7 +59,7 @@ def breakdown_bars(agents: dict[str, dict], field: str) -> str:
         ax.set_title(f"{condition.title()} by {field}")
     axes[0].invert_yaxis()  # the axes share y: inverting both would undo it; first value and first agent on top
     axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def pass_hat_k_curves(agents: dict[str, dict], k: int) -> str:
@@ -75,7 +76,7 @@ def pass_hat_k_curves(agents: dict[str, dict], k: int) -> str:
     ax.set_ylim(-5, 105)
     ax.legend(fontsize=7, ncol=2)
     ax.set_title("pass^k (all k trials pass)")
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def rs_bars(agents: dict[str, dict]) -> str:
@@ -92,4 +93,4 @@ def rs_bars(agents: dict[str, dict]) -> str:
     ax.set_ylabel("mean score per episode")
     ax.legend(fontsize=8)
     ax.set_title("Reliability score RS(c)")
-    return _svg(fig)
+    return svg_text(fig)

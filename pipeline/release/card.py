@@ -67,6 +67,8 @@ reference Python on the clean data and on a copy-on-write overlay of the noisy d
   the noisy episode is rebuilt on the source database.
 - `manifest.json`: version, seed, configuration, source fingerprint, template and sub-type versions, counts per
   intent x scope x level x sub-type, and the sha256 of every file.
+- `report.html`: plots and tables of the pairs by intent and sub-type, the splits, traps and contracts, and the
+  rejected candidates by sub-type and reason.
 
 Load with `datasets.load_dataset("parquet", data_files={{"train": "tasks/train.parquet", "test": "tasks/test.parquet"}})`.
 

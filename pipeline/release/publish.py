@@ -11,6 +11,7 @@ import polars as pl
 
 from pipeline.atomic import atomic_output
 from pipeline.release.card import SPLITS, dataset_card
+from pipeline.release.report import release_report
 from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord
 
 JSON_FIELDS = ("slots", "expected", "evidence", "inspect", "naive_answer")  # shapes vary: JSON text in Parquet
@@ -66,7 +67,9 @@ def publish_release(
         _jsonl(root / "labels.jsonl", labels)
         _jsonl(root / "patches" / "patches.jsonl", sorted(patches, key=lambda p: p.pair_id))
         _write_parquets(root, tasks, labels)
-        (root / "README.md").write_text(dataset_card(version, manifest, [lab.model_dump() for lab in labels]))
+        label_dicts = [lab.model_dump() for lab in labels]
+        (root / "README.md").write_text(dataset_card(version, manifest, label_dicts))
+        (root / "report.html").write_text(release_report(version, manifest, label_dicts))
         for name, text in (extras or {}).items():
             (root / name).write_text(text)
         manifest = {**manifest, "files": file_hashes(root)}
