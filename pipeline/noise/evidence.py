@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import duckdb
+import polars as pl
 import sqlglot
 
 from pipeline.noise.base import Rejected
@@ -24,13 +25,16 @@ def evidence_table(task: CleanTask) -> tuple[str, list[str], list[dict[str, Any]
     return tables.pop(), keys, [{c: row[c] for c in keys} for row in task.evidence]
 
 
-def candidate_keys(con: duckdb.DuckDBPyConnection, task: CleanTask, template: Template) -> list[dict[str, Any]]:
-    """Evidence query without ORDER BY / LIMIT: every row the question's filter admits, not just the answer's."""
+def candidate_keys(con: duckdb.DuckDBPyConnection, task: CleanTask, template: Template,
+                   at_most: int | None = None) -> list[dict[str, Any]]:
+    """Evidence query without ORDER BY / LIMIT: every row the question's filter admits, not just the answer's.
+    With `at_most`, at most that many + 1 rows come back (enough to tell that there are too many)."""
     tree = sqlglot.parse_one(render_sql(template.evidence_sql, typed_slots(template, task.slots)), dialect="duckdb")
     tree.set("limit", None)
     tree.set("order", None)
-    rows = con.sql(f"SELECT * FROM ({tree.sql(dialect='duckdb')}) ORDER BY ALL").pl().to_dicts()  # scan order is not stable
-    return [{c: v for c, v in row.items() if c != "table_name"} for row in rows]
+    limit = "" if at_most is None else f" LIMIT {int(at_most) + 1}"
+    rows = con.sql(f"SELECT * FROM ({tree.sql(dialect='duckdb')}) ORDER BY ALL{limit}").pl()  # scan order is not stable
+    return rows.drop("table_name", strict=False).to_dicts()
 
 
 @contextmanager
@@ -52,7 +56,11 @@ def keyed_rows(con: duckdb.DuckDBPyConnection, table: str, keys: list[dict[str, 
 
 def rows_by_key(con: duckdb.DuckDBPyConnection, table: str, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Full source rows for the given key rows, sorted."""
-    if not keys:
-        return []
+    return frame_by_key(con, table, keys).to_dicts() if keys else []
+
+
+def frame_by_key(con: duckdb.DuckDBPyConnection, table: str, keys: list[dict[str, Any]]) -> pl.DataFrame:
+    """Full source rows for the given (non-empty) key rows, sorted, as a frame (a population question's evidence
+    can be a large slice of a table: rows become Python dicts only where a few are picked)."""
     with keyed_rows(con, table, keys) as rows:
-        return con.sql(f"{rows()} ORDER BY ALL").pl().to_dicts()
+        return con.sql(f"{rows()} ORDER BY ALL").pl()

@@ -16,7 +16,7 @@ import polars as pl
 import yaml
 
 from pipeline.noise.base import NoisyTwin, Rejected
-from pipeline.noise.evidence import evidence_table, keyed_rows, rows_by_key
+from pipeline.noise.evidence import evidence_table, frame_by_key, keyed_rows
 from pipeline.noise.exclusion import excluding_python, excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.measurements import MeasurementTable, measurement_tables
@@ -82,7 +82,7 @@ class Evidence:
     key_columns: list[str]
     keys: list[dict[str, Any]]
     facts: MeasurementTable | None  # None: not a measurement table
-    rows: list[dict[str, Any]]
+    rows: pl.DataFrame  # one source row per key, sorted
 
 
 def evidence_table_name(template) -> str | None:
@@ -99,9 +99,9 @@ def evidence_facts(template) -> MeasurementTable | None:
 def table_evidence(con, task) -> Evidence:
     """The task's evidence rows, one source row per key."""
     table, key_columns, keys = evidence_table(task)
-    rows = rows_by_key(con, table, keys)
-    if len(rows) != len(keys):
-        raise Rejected("evidence_keys_not_unique" if len(rows) > len(keys) else "evidence_not_clean")
+    rows = frame_by_key(con, table, keys)
+    if rows.height != len(keys):
+        raise Rejected("evidence_keys_not_unique" if rows.height > len(keys) else "evidence_not_clean")
     return Evidence(table, key_columns, keys, measurement_tables().get(table), rows)
 
 
@@ -109,20 +109,19 @@ def is_patient(template) -> bool:
     return template.spec.scope.value == "patient"
 
 
-def pick(rows: list[dict], patient: bool, rng) -> list[dict]:
+def pick(rows: pl.DataFrame, patient: bool, rng) -> list[dict]:
     """One evidence row for a patient question. For a population one, the cohort rows of one subject (the
     first, in random order, with at most MAX_ALTERED rows; else MAX_ALTERED rows of the first): touching a
     whole subject changes counts of patients or stays, not only means."""
     if patient:
-        return [rows[int(rng.integers(len(rows)))]]
-    groups: dict = {}
-    for row in rows:
-        groups.setdefault(row["subject_id"], []).append(row)
-    subjects = sorted(groups)
+        return [rows.row(int(rng.integers(rows.height)), named=True)]
+    sizes = dict(rows.group_by("subject_id").len().iter_rows())
+    subjects = sorted(sizes)
     if len(subjects) < 2:
         raise Rejected("cohort_of_one_subject")
-    by_subject = [groups[subjects[i]] for i in rng.permutation(len(subjects))]
-    chosen = next((group for group in by_subject if len(group) <= MAX_ALTERED), by_subject[0])
+    by_subject = [subjects[i] for i in rng.permutation(len(subjects))]
+    subject = next((s for s in by_subject if sizes[s] <= MAX_ALTERED), by_subject[0])
+    chosen = rows.filter(pl.col("subject_id") == subject).to_dicts()  # in the rows' order
     if len(chosen) > MAX_ALTERED:
         chosen = [chosen[i] for i in sorted(rng.choice(len(chosen), MAX_ALTERED, replace=False))]
     return chosen

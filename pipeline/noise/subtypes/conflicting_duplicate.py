@@ -48,10 +48,10 @@ def record_of(table: str | None, gold_sql: str) -> Record | None:
     return Record(table, spec["group"], value, None, spec.get("fresh_id")) if value else None
 
 
-def conflict_rule(record: Record, rows: list[dict]) -> Rule:
+def conflict_rule(record: Record, rows: pl.DataFrame) -> Rule:
     """True for a row whose record (group) holds more than one distinct value (a measurement: of the evidence's items)."""
     columns, value = ", ".join(record.group), record.value
-    items = sorted({row[record.item] for row in rows}) if record.item else []
+    items = sorted(set(rows[record.item].to_list())) if record.item else []
     where = f" WHERE {record.item} IN ({', '.join(sql_literal(i) for i in items)})" if items else ""
     sql = f"({columns}) IN (SELECT {columns} FROM {record.table}{where} GROUP BY ALL HAVING count(DISTINCT {value}) > 1)"
     conflicting = pl.col(value).drop_nulls().n_unique().over(record.group) > 1
@@ -118,7 +118,7 @@ class ConflictingDuplicate(NoiseSubtype):
         record = record_of(ev.table, task.gold_sql)
         if record is None:
             raise Rejected("no_duplicate_rule")
-        if any(row[record.value] is None for row in ev.rows):
+        if ev.rows[record.value].null_count():
             raise Rejected("evidence_not_clean")
         rule = conflict_rule(record, ev.rows)
         if flagged_on_source(con, ev, rule):

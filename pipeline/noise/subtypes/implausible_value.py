@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
-from pipeline.noise.evidence import evidence_table, rows_by_key
+from pipeline.noise.evidence import evidence_table, frame_by_key
 from pipeline.noise.exclusion import excluding_python, excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.measurements import MeasurementTable, PlausibleRange, measurement_tables, plausible_ranges
@@ -46,17 +46,18 @@ class ImplausibleValue(NoiseSubtype):
         facts, ranges = measurement_tables().get(table), plausible_ranges().get(table, {})
         if facts is None:
             raise Rejected("not_a_measurement_table")
-        rows = [r for r in rows_by_key(con, table, keys) if r[facts.number] is not None and r[facts.item] in ranges]
-        if not rows:
+        rows = frame_by_key(con, table, keys).filter(pl.col(facts.number).is_not_null() & pl.col(facts.item).is_in(list(ranges)))
+        if rows.is_empty():
             raise Rejected("no_plausibility_range")
         patient = template.spec.scope.value == "patient"
-        if patient and len(rows) != len(keys):
+        if patient and rows.height != len(keys):
             raise Rejected("evidence_not_clean")
-        chosen = rows if patient else [rows[i] for i in sorted(rng.choice(len(rows), min(MAX_ALTERED, max(1, len(rows) // 2)), replace=False))]
+        picked = range(rows.height) if patient else sorted(rng.choice(rows.height, min(MAX_ALTERED, max(1, rows.height // 2)), replace=False))
+        chosen = [rows.row(int(i), named=True) for i in picked]
         altered = [self._impossible(row, facts, ranges[row[facts.item]], rng) for row in chosen]
         hide = [{c: row[c] for c in key_columns} for row in chosen]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hide, add=altered)})
-        items = {row[facts.item]: ranges[row[facts.item]] for row in rows}
+        items = {item: ranges[item] for item in rows[facts.item].unique(maintain_order=True).to_list()}
         rule_sql, rule_expr, gold = impossible_sql(facts, items), impossible_expr(facts, items), load_python_program(template)
         if patient:
             return NoisyTwin(patch, "abstain", AnswerValue(value=None),

@@ -21,7 +21,7 @@ class MissingRecord(NoiseSubtype):
 
     def make(self, con, task, template, rng):
         table, _, _ = evidence_table(task)
-        hidden = candidate_keys(con, task, template)
+        hidden = candidate_keys(con, task, template, at_most=MAX_HIDDEN)
         if not hidden or len(hidden) > MAX_HIDDEN:
             raise Rejected("too_many_candidate_rows" if hidden else "no_candidate_rows")
         key_columns = list(hidden[0])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
 from pipeline.noise.encounters import declared_evidence_tables, orphan_expr, orphan_sql, parent_encounter, with_tables
-from pipeline.noise.evidence import evidence_table, rows_by_key
+from pipeline.noise.evidence import evidence_table, frame_by_key
 from pipeline.noise.exclusion import excluding_python, excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.patch import Patch, TablePatch
@@ -32,7 +32,7 @@ class OrphanReference(NoiseSubtype):
     def make(self, con, task, template, rng):
         table, _, keys = evidence_table(task)
         enc = parent_encounter(template, table)
-        parents = sorted({row[enc.key] for row in rows_by_key(con, table, keys) if row[enc.key] is not None})
+        parents = frame_by_key(con, table, keys)[enc.key].drop_nulls().unique().sort().to_list()
         if not parents:
             raise Rejected("evidence_has_no_parent_key")
         patient, gold = template.spec.scope.value == "patient", load_python_program(template)

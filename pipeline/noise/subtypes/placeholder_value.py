@@ -55,7 +55,7 @@ class PlaceholderValue(NoiseSubtype):
         if columns is None:
             raise Rejected("no_text_value_column")
         text, number = columns
-        if any(row[text] is None or (number and row[number] is None) for row in ev.rows):
+        if ev.rows[text].null_count() or (number and ev.rows[number].null_count()):
             raise Rejected("evidence_not_clean")
         rule = placeholder_rule(text, number)
         if flagged_on_source(con, ev, rule):

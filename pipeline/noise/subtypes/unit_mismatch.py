@@ -74,11 +74,12 @@ class UnitMismatch(NoiseSubtype):
         units = units_of(ev.table)
         if units is None:
             raise Rejected("no_unit_column")
-        if ev.facts is not None and any(row[ev.facts.number] is None for row in ev.rows):
+        if ev.facts is not None and ev.rows[ev.facts.number].null_count():
             raise Rejected("evidence_not_clean")
-        expected = expected_units(con, units, {row[units.item] for row in ev.rows})
-        servable = [row for row in ev.rows if confusable_units().get(expected.get(row[units.item]))]
-        if not servable:
+        expected = expected_units(con, units, set(ev.rows[units.item].to_list()))
+        confusable = [item for item, unit in expected.items() if confusable_units().get(unit)]
+        servable = ev.rows.filter(pl.col(units.item).is_in(confusable))
+        if servable.is_empty():
             raise Rejected("no_unit_rule")
         rule = wrong_unit_rule(units, expected)
         if flagged_on_source(con, ev, rule):
