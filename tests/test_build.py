@@ -284,3 +284,32 @@ def test_report_plots_and_tabulates_the_published_pairs(release: Path):
     rejected = sum(manifest["rejections"].values())
     table = report[report.index("<h2>Rejected candidate pairs"):]
     assert rejected == sum(int(n) for n in re.findall(r"<td>[^<]+</td><td>[^<]+</td><td>(\d+)</td></tr>", table))
+
+
+def test_pair_workers_die_with_their_parent(demo_db: Path):
+    """A build killed by SIGKILL (Airflow, the OOM killer) must not leave its workers running on."""
+    import subprocess
+    import sys
+    import time
+
+    parent = subprocess.Popen([sys.executable, "-c", f"""
+import multiprocessing, os, time
+from concurrent.futures import ProcessPoolExecutor
+from pipeline.release.pairs import _start_worker
+pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
+                           initargs=({str(demo_db)!r}, {{}}, {{}}, 0))
+print(pool.submit(os.getpid).result(), flush=True)
+time.sleep(600)
+"""], stdout=subprocess.PIPE, text=True)
+    worker = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+
+    def alive() -> bool:  # a zombie (exited, not yet reaped by init) is not running
+        status = Path(f"/proc/{worker}/status")
+        return status.exists() and "State:\tZ" not in status.read_text()
+
+    deadline = time.monotonic() + 20
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(), f"worker {worker} outlived its killed parent"

@@ -85,6 +85,9 @@ _WORKER: dict[str, Any] = {}
 
 def _init_worker(release_dir: Path, db: Path) -> None:
     from pipeline.env.release import Release
+    from pipeline.workers import die_with_parent
+
+    die_with_parent()
 
     _WORKER.update(release=Release.open(release_dir, db), agents={})
 

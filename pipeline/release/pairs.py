@@ -16,6 +16,7 @@ from pipeline.noise.verify import NoisePair, verify_pair
 from pipeline.templates.instantiate import CleanTask
 from pipeline.templates.programs import Tables
 from pipeline.templates.spec import Template
+from pipeline.workers import die_with_parent
 
 
 def candidate_pairs(
@@ -58,6 +59,7 @@ def database_path(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def _start_worker(db_path: str, templates: dict[str, Template], subtypes: dict[str, NoiseSubtype], seed: int) -> None:
+    die_with_parent()
     _worker.update(con=open_source(db_path), templates=templates, subtypes=subtypes, seed=seed)
 
 
