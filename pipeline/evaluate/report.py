@@ -10,16 +10,12 @@ import jinja2
 
 from pipeline.evaluate import plots
 from pipeline.evaluate.records import GROUP_FIELDS
+from pipeline.report_style import REPORT_CSS
 
 TEMPLATE = jinja2.Template("""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>EHR-RobustGym evaluation: {{ run.release_version }}</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:2em;max-width:1150px;color:#222}
-table{border-collapse:collapse;margin:.6em 0 1.6em;font-size:13px}
-td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
-.figs{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}.figs svg{max-width:100%;height:auto}
-code{background:#f3f3f3;padding:0 3px}
-</style></head><body>
+{{ css }}</style></head><body>
 <h1>Evaluation of {{ agents|join(", ") }}</h1>
 <p>Release <code>{{ run.release_version }}</code> ({{ run.release_dir }}), split <code>{{ run.split }}</code>,
 {{ run.tasks }} tasks x k = {{ run.k }} trials, seed {{ run.seed }}. Pass@1 and pass@k/pass^k use the unbiased
@@ -75,7 +71,8 @@ def render_report(metrics: dict[str, Any]) -> str:
         raise ValueError("metrics hold no agent: nothing to report")
     values = {f: sorted({v for m in agents.values() for v in m["by"][f]}) for f in GROUP_FIELDS}
     penalties = sorted(next(iter(agents.values()))["overall"]["all"]["rs"], key=float)  # "10" after "5"
-    return TEMPLATE.render(run=run, agents=list(agents), metrics=agents, figs=figures(agents, run["k"]), fields=GROUP_FIELDS,
+    return TEMPLATE.render(css=REPORT_CSS, run=run, agents=list(agents), metrics=agents, figs=figures(agents, run["k"]),
+                           fields=GROUP_FIELDS,
                            values=values, ks=range(1, run["k"] + 1), penalties=penalties, pct=pct, num=num)
 
 

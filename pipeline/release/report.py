@@ -8,15 +8,12 @@ from typing import Any
 
 import jinja2
 
+from pipeline.report_style import REPORT_CSS
+
 TEMPLATE = jinja2.Template("""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>EHR-RobustGym release {{ version }}</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:2em;max-width:1150px;color:#222}
-table{border-collapse:collapse;margin:.6em 0 1.6em;font-size:13px}
-td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
-.figs{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}.figs svg{max-width:100%;height:auto}
-code{background:#f3f3f3;padding:0 3px}
-</style></head><body>
+{{ css|safe }}</style></head><body>
 <h1>Release {{ version }}</h1>
 <p>{{ published }} Clean-Noise pairs published ({{ splits|join(", ") }}) of {{ verified }} verified, from
 {{ clean_tasks }} clean tasks; seed {{ seed }}. Every count below is read from <code>manifest.json</code> and
@@ -65,7 +62,7 @@ def release_report(version: str, manifest: dict[str, Any], labels: list[dict[str
         "contracts": Counter((lab["subtype"], lab["contract"]) for lab in noise),
         "rejections": sorted(rejected.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1])),
     }
-    return TEMPLATE.render(**facts, figs=_figures(facts))
+    return TEMPLATE.render(css=REPORT_CSS, **facts, figs=_figures(facts))
 
 
 def _figures(facts: dict[str, Any]) -> dict[str, str]:
