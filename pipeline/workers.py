@@ -7,7 +7,7 @@ import ctypes
 import signal
 import sys
 
-PR_SET_PDEATHSIG, PR_GET_PDEATHSIG = 1, 2
+PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent() -> None:
@@ -15,9 +15,3 @@ def die_with_parent() -> None:
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
-
-def parent_death_signal() -> int:
-    """The signal this process gets when its parent exits (0: none)."""
-    value = ctypes.c_int(0)
-    ctypes.CDLL(None, use_errno=True).prctl(PR_GET_PDEATHSIG, ctypes.byref(value))
-    return value.value

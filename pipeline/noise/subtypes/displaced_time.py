@@ -2,7 +2,8 @@
 
 The row keeps its hadm_id / stay_id but its time now lies a few hours (days, for a date) before the
 admission's admittime (the ICU stay's intime, for a stay question), beyond the lead by which labs and charted
-vitals routinely precede their encounter (`ROUTINE_LEAD_HOURS`), so it is also outside any first-24-h window; every time column of the row moves by the same shift. The gold program then skips it and picks
+vitals routinely precede their encounter (`ROUTINE_LEAD_HOURS`), so it is also outside any first-24-h window;
+every time column of the row moves by the same shift. The gold program then skips it and picks
 another row, or still counts it: the naive answer shows which. Patient scope: abstain (guard: an evidence
 row's time lies outside its encounter's window). Population scope: repair by answering over the rows whose
 time lies inside their encounter's window.
@@ -13,7 +14,8 @@ from __future__ import annotations
 import datetime as dt
 
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
-from pipeline.noise.encounters import ROUTINE_LEAD_HOURS, declared_evidence_tables, outside_mask, outside_sql, parent_encounter, with_tables
+from pipeline.noise.encounters import (ROUTINE_LEAD_HOURS, declared_evidence_tables, outside_mask, outside_sql,
+                                       parent_encounter, with_tables)
 from pipeline.noise.evidence import evidence_table, rows_by_key
 from pipeline.noise.exclusion import excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
