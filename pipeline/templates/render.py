@@ -7,6 +7,8 @@ from functools import cache
 
 import jinja2
 
+from pipeline.concepts import concept_sql
+
 
 def sql_literal(value: object) -> str:
     """A value as a DuckDB literal (strings quoted and escaped; no raw text reaches the SQL)."""
@@ -25,7 +27,10 @@ def sql_literal(value: object) -> str:
 
 @cache
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
+    # `{{ concept(d.label) }} = {{ concept(lab_label) }}` compares concept names (pipeline.concepts) in SQL
+    env.globals["concept"] = concept_sql
+    return env
 
 
 def render(text: str, slots: dict[str, object]) -> str:
