@@ -102,12 +102,13 @@ def counts_by_cell(labels: list[LabelRecord]) -> dict[str, dict[str, int]]:
     return {split: dict(sorted(cells.items())) for split, cells in sorted(out.items())}
 
 
-def build_records(pairs: list[NoisePair], split: dict[str, str]) -> tuple[list[TaskRecord], list[LabelRecord], list[PatchRecord]]:
+def build_records(pairs: list[NoisePair], split: dict[str, str], templates: list[Template]) -> tuple[list[TaskRecord], list[LabelRecord], list[PatchRecord]]:
+    specs = {t.id: t.spec.answer for t in templates}
     tasks, labels, patches = [], [], []
     for pair in pairs:
         if split[pair.pair_id] == "dropped":
             continue
-        pair_tasks, pair_labels, patch = records_of(pair, split[pair.pair_id])
+        pair_tasks, pair_labels, patch = records_of(pair, split[pair.pair_id], specs[pair.clean.template_id])
         tasks += pair_tasks
         labels += pair_labels
         patches.append(patch)

@@ -216,11 +216,11 @@ def source_gate(work: Path) -> Path:
 
 
 def fingerprint(work: Path) -> Path:
-    """Row counts and content digest of the source database (source.json)."""
+    """Row counts, content digest and absolute path of the source database (source.json; `ehrgym eval` and `serve` find it there)."""
     def write(tmp: Path) -> None:
         config = load_config(work)
         with open_source(config.db) as con:
-            source = {"database": Path(config.db).name, **source_fingerprint(con)}
+            source = {"database": Path(config.db).name, "path": str(Path(config.db).resolve()), **source_fingerprint(con)}
         tmp.write_text(json.dumps(source, indent=1, sort_keys=True) + "\n")
 
     return produce(Path(work) / "source.json", write)
@@ -291,8 +291,9 @@ def assemble(work: Path, source: Path, tasks_dirs: list[Path], pairs_dirs: list[
         verified, rejected = merged_pairs(pairs_dirs)
         pairs = cap_per_cell(choose_pairs(verified, config.seed), config.pairs_per_cell, config.seed)
         split, split_report = assign_splits(pairs, config.seed, config.test_size)
-        tasks, labels, patches = build_records(pairs, split)
-        manifest = manifest_of(config, json.loads(Path(source).read_text()), select_templates(config),
+        templates = select_templates(config)
+        tasks, labels, patches = build_records(pairs, split, templates)
+        manifest = manifest_of(config, json.loads(Path(source).read_text()), templates,
                                select_subtypes(config), merged_report(tasks_dirs), rejected, split_report, labels,
                                sum(map(len, verified.values())))
         for name, records in (("tasks", tasks), ("labels", labels), ("patches", patches)):
@@ -326,7 +327,7 @@ def publish(work: Path, assembled: Path, gates: Path) -> Path:
     final, rendered = Path(config.releases_dir) / config.version, work / "staged" / config.version
     if not rendered.is_dir():
         shutil.rmtree(work / "staged", ignore_errors=True)  # emptied by the rename of an attempt that died after it
-    produce(work / "staged", lambda tmp: _render(tmp, config.version, Path(assembled), Path(gates)))
+    produce(work / "staged", lambda tmp: _render(tmp, config.version, Path(assembled), Path(gates), select_templates(config)))
     if final.exists():
         if (final / "manifest.json").read_bytes() != (rendered / "manifest.json").read_bytes():
             raise FileExistsError(f"{final} already exists with a different manifest; versions are never overwritten")
@@ -345,9 +346,10 @@ def discard_work(work: Path) -> None:
         pass  # other builds are in progress (or were interrupted) here
 
 
-def _render(tmp: Path, version: str, assembled: Path, gates: Path) -> None:
+def _render(tmp: Path, version: str, assembled: Path, gates: Path, templates: list[Template]) -> None:
     manifest = json.loads((assembled / "manifest.json").read_text())
-    publish_release(tmp, version, *read_records(assembled), manifest, extras={"gates.json": gates.read_text()})
+    publish_release(tmp, version, *read_records(assembled), manifest, extras={"gates.json": gates.read_text()},
+                    templates=templates)
 
 
 def run_stages(config: BuildConfig, shards: list[str] | None = None, progress: Progress | None = None,

@@ -17,7 +17,6 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.env.records import ToolResult
-from pipeline.env.verifier import template_of
 from pipeline.release.records import LabelRecord
 from pipeline.templates.answers import AnswerShapeError, AnswerValue, canonical_answer
 from pipeline.templates.instantiate import typed_slots
@@ -45,12 +44,13 @@ class AgentContext(BaseModel):
 
 
 def context_for(release, task_id: str) -> AgentContext:
-    """The context of one task of a release (its label stays inside; `Agent.run` strips it for most agents)."""
+    """The context of one task of a release (its label stays inside; `Agent.run` strips it for most agents); the
+    template is the release's own (`Release.template`), as the task was built from it."""
     label = release.label(task_id)
     task = next((t for t in release.tasks() if t.task_id == task_id), None)
     if task is None:
         raise ValueError(f"task {task_id!r} is not in the release (it has a label but no agent-visible record)")
-    return AgentContext(task_id=task_id, question=task.question, template=template_of(label),
+    return AgentContext(task_id=task_id, question=task.question, template=release.template(label),
                         slots=dict(label.slots), label=label)
 
 
@@ -85,7 +85,11 @@ class Agent:
 
     @staticmethod
     def answer(episode, answer: AnswerValue) -> ToolResult:
-        arguments = {"value": answer.value, "unit": answer.unit, "records": dict(answer.records)}
+        """Answer as the task's visible answer format asks: the value, its unit, and only the record fields the
+        format lists (every agent, the oracle too, answers through this one path)."""
+        fmt = episode.observation.get("answer_format")
+        records = dict(answer.records) if fmt is None else {k: v for k, v in answer.records.items() if k in fmt["records"]}
+        arguments = {"value": answer.value, "unit": answer.unit, "records": records}
         return episode.call("answer", arguments)
 
     @staticmethod

@@ -1,6 +1,6 @@
 """`llm`: an agent behind any OpenAI-compatible /v1/chat/completions endpoint with tool calling (via httpx).
 
-The model sees only the question and the episode's tools (`ep.observation["tools"]`); each tool call it makes
+The model sees only the question, its answer format and the episode's tools (`ep.observation["tools"]`); each tool call it makes
 runs through the episode and its result goes back as a `tool` message, until it calls `answer`, stops
 calling tools, or `max_turns` requests have been made. The API key is read from the environment variable
 named by `api_key_env` (no variable, no Authorization header: fine for a local server).
@@ -16,6 +16,7 @@ import httpx
 
 from pipeline.agents import register
 from pipeline.agents.base import Agent, AgentContext
+from pipeline.templates.answers import AnswerFormat
 
 SYSTEM_PROMPT = (
     "You answer questions about a hospital's electronic health record (MIMIC-IV tables in DuckDB) using the "
@@ -23,6 +24,15 @@ SYSTEM_PROMPT = (
     "concepts exist, and that the values you rely on are present, unique and plausible. Finish with the answer "
     "tool; answer null when the record does not support an answer."
 )
+
+
+def user_message(question: str, scope: str, intent: str, answer_format: dict | AnswerFormat | None) -> str:
+    """The first user turn: the question and the answer format the verifier scores (one wording for evaluation
+    and for the SFT records, so a tuned model sees what it was tuned on)."""
+    text = f"Question ({scope} level, {intent}): {question}"
+    if answer_format is not None:
+        text += "\nAnswer format: " + AnswerFormat.model_validate(answer_format).describe()
+    return text
 
 
 class LLMError(RuntimeError):
@@ -49,8 +59,8 @@ class LLM(Agent):
         observation = episode.observation
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": self.system_prompt},
-            {"role": "user", "content": f"Question ({observation['scope']} level, {observation['intent']}): "
-                                        f"{observation['question']}"},
+            {"role": "user", "content": user_message(observation["question"], observation["scope"],
+                                                     observation["intent"], observation.get("answer_format"))},
         ]
         for _ in range(self.max_turns):
             message = self.complete(messages, observation["tools"], seed)

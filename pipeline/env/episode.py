@@ -62,8 +62,10 @@ class Episode:
 
     @property
     def observation(self) -> dict[str, Any]:
+        answer_format = self.task.answer_format.model_dump(mode="json") if self.task.answer_format else None
         return {"task_id": self.task.task_id, "question": self.task.question, "scope": self.task.scope,
-                "intent": self.task.intent, "tables": list(TABLE_NAMES), "tools": tool_specs()}
+                "intent": self.task.intent, "answer_format": answer_format, "tables": list(TABLE_NAMES),
+                "tools": tool_specs()}
 
     def call(self, tool: str, arguments: dict) -> ToolResult:
         """Run one tool call; failures are results with ok=False, never exceptions."""
@@ -118,7 +120,8 @@ class Episode:
 
     def trajectory(self, agent: str, trial: int = 0) -> Trajectory:
         return Trajectory(task_id=self.task.task_id, agent=agent, trial=trial, question=self.task.question,
-                          calls=list(self.calls), answer=self.answer, truncated=self.truncated)
+                          answer_format=self.task.answer_format, calls=list(self.calls), answer=self.answer,
+                          truncated=self.truncated)
 
     def close(self) -> None:
         """Drop the overlay and the cursor; safe to call twice."""

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.templates.answers import AnswerValue
+from pipeline.templates.answers import AnswerFormat, AnswerValue
 
 TOOL_NAMES = ("sql", "python", "schema", "answer")
 
@@ -53,6 +53,7 @@ class Trajectory(BaseModel):
     agent: str
     trial: int = 0
     question: str
+    answer_format: AnswerFormat | None = None  # as the task showed it (None: a release without formats)
     calls: list[ToolCall] = []
     answer: AnswerValue | None = None
     truncated: bool = False

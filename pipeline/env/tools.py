@@ -42,9 +42,9 @@ def answer(value: Scalar | list[Scalar] | None, unit: str | None = None,
     """Give the final answer and end the episode; value null means the record does not support an answer.
 
     Args:
-        value: the answer (number, text, true/false, or a list); null when the data does not support one.
-        unit: the unit of a numeric answer, when the question has one.
-        records: the associated records the question asks for, e.g. {"charttime": "...", "itemid": 50912}.
+        value: the answer, of the type the task's answer_format names (number, count, text, true/false, date-time or list); null when the data does not support one.
+        unit: the unit of the value; may be omitted when it is the answer_format's unit, or another unit of the same dimension with the value converted.
+        records: only the record fields the task's answer_format lists, e.g. {"charttime": "..."}; omit when it lists none.
     """
 
 

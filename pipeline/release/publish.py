@@ -1,4 +1,4 @@
-"""Publish a release folder atomically: JSONL and Parquet of tasks and labels, patches, card, manifest."""
+"""Publish a release folder atomically: JSONL and Parquet of tasks and labels, patches, scoring/, card, manifest."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ from pipeline.atomic import atomic_output
 from pipeline.release.card import SPLITS, dataset_card
 from pipeline.release.report import release_report
 from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord
+from pipeline.release.scoring import write_scoring
+from pipeline.templates.spec import Template
 
 JSON_FIELDS = ("slots", "expected", "evidence", "inspect", "naive_answer")  # shapes vary: JSON text in Parquet
-TASK_SCHEMA = {name: pl.String for name in TaskRecord.model_fields}
+ANSWER_FORMAT = pl.Struct({"type": pl.String, "unit": pl.String, "ordered": pl.Boolean, "records": pl.List(pl.String)})
+TASK_SCHEMA = {name: pl.String for name in TaskRecord.model_fields} | {"answer_format": ANSWER_FORMAT}
 LABEL_SCHEMA = {
     **{name: pl.String for name in LabelRecord.model_fields if name not in JSON_FIELDS},
     "template_version": pl.Int64, "subtype_version": pl.Int64, "subject_id": pl.Int64, "trap": pl.Boolean,
@@ -36,7 +39,7 @@ def _parquet(path: Path, rows: list[dict[str, Any]], schema: dict[str, Any]) -> 
 
 def _write_parquets(root: Path, tasks: list[TaskRecord], labels: list[LabelRecord]) -> None:
     for split in SPLITS:
-        _parquet(root / "tasks" / f"{split}.parquet", [t.model_dump() for t in tasks if t.split == split], TASK_SCHEMA)
+        _parquet(root / "tasks" / f"{split}.parquet", [t.model_dump(mode="json") for t in tasks if t.split == split], TASK_SCHEMA)
         rows = [
             {(f"{k}_json" if k in JSON_FIELDS else k): (json.dumps(v, sort_keys=True) if k in JSON_FIELDS else v)
              for k, v in lab.model_dump(mode="json").items()}
@@ -55,10 +58,11 @@ def file_hashes(root: Path) -> dict[str, dict[str, Any]]:
 
 def publish_release(
     releases_dir: Path, version: str, tasks: list[TaskRecord], labels: list[LabelRecord], patches: list[PatchRecord],
-    manifest: dict[str, Any], extras: dict[str, str] | None = None,
+    manifest: dict[str, Any], extras: dict[str, str] | None = None, *, templates: list[Template],
 ) -> Path:
     """Write `releases_dir/version` whole, or not at all; an existing version is never touched.
-    `extras` are further text files (e.g. the gate report) written into the release and hashed."""
+    `extras` are further text files (e.g. the gate report) written into the release and hashed; `templates` are
+    the build's, of which those the labels use are carried in `scoring/` (with the verifier's rules)."""
     final = Path(releases_dir) / version
     tasks, labels = sorted(tasks, key=lambda t: t.task_id), sorted(labels, key=lambda lab: lab.task_id)
     with atomic_output(final) as root:
@@ -67,6 +71,8 @@ def publish_release(
         _jsonl(root / "labels.jsonl", labels)
         _jsonl(root / "patches" / "patches.jsonl", sorted(patches, key=lambda p: p.pair_id))
         _write_parquets(root, tasks, labels)
+        used = {lab.template_id: lab.template_version for lab in labels}
+        manifest = {**manifest, "scoring": write_scoring(root, templates, used)}
         label_dicts = [lab.model_dump() for lab in labels]
         (root / "README.md").write_text(dataset_card(version, manifest, label_dicts))
         (root / "report.html").write_text(release_report(version, manifest, label_dicts))

@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict
 from pipeline.noise.patch import Patch
 from pipeline.noise.verify import NoisePair
 from pipeline.release.splits import subject_of
-from pipeline.templates.answers import AnswerValue
+from pipeline.templates.answers import AnswerFormat, AnswerValue, answer_format
+from pipeline.templates.spec import Answer
 
 
 class TaskRecord(BaseModel):
@@ -22,6 +23,8 @@ class TaskRecord(BaseModel):
     scope: str
     intent: str
     split: str
+    # What the answer must hold; releases published before it existed load with None.
+    answer_format: AnswerFormat | None = None
 
 
 class LabelRecord(BaseModel):
@@ -74,8 +77,9 @@ def opaque_id(pair_id: str, condition: str) -> str:
     return "t" + hashlib.sha256(f"{pair_id}|{condition}".encode()).hexdigest()[:15]
 
 
-def records_of(pair: NoisePair, split: str) -> tuple[list[TaskRecord], list[LabelRecord], PatchRecord]:
-    """The clean and the noisy task of a pair, their labels and the patch."""
+def records_of(pair: NoisePair, split: str, spec: Answer) -> tuple[list[TaskRecord], list[LabelRecord], PatchRecord]:
+    """The clean and the noisy task of a pair (one answer format, from the template's Answer `spec`), their
+    labels and the patch."""
     clean, common = pair.clean, {
         "pair_id": pair.pair_id, "split": split, "template_id": pair.clean.template_id,
         "template_version": pair.clean.template_version, "intent": pair.clean.intent, "scope": pair.clean.scope,
@@ -85,9 +89,10 @@ def records_of(pair: NoisePair, split: str) -> tuple[list[TaskRecord], list[Labe
     common |= {"evidence_sql": clean.evidence_sql, "evidence_rows": len(clean.evidence),
                "evidence": clean.evidence if len(clean.evidence) <= EVIDENCE_INLINE_MAX else None}
     ids = {c: opaque_id(pair.pair_id, c) for c in ("clean", "noise")}
+    visible = {"scope": clean.scope, "intent": clean.intent, "split": split, "answer_format": answer_format(spec, clean.answer)}
     tasks = [
-        TaskRecord(task_id=ids["clean"], question=clean.question, scope=clean.scope, intent=clean.intent, split=split),
-        TaskRecord(task_id=ids["noise"], question=pair.noisy_question, scope=clean.scope, intent=clean.intent, split=split),
+        TaskRecord(task_id=ids["clean"], question=clean.question, **visible),
+        TaskRecord(task_id=ids["noise"], question=pair.noisy_question, **visible),
     ]
     labels = [
         LabelRecord(task_id=ids["clean"], condition="clean", contract="answer", slots=clean.slots, gold_sql=clean.gold_sql,

@@ -25,6 +25,33 @@ class AnswerValue(BaseModel):
     records: dict[str, Any] = {}
 
 
+class AnswerFormat(BaseModel):
+    """Agent-visible: what an answer must hold (a task's scored parts, and nothing the question does not ask)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: AnswerType
+    unit: str | None = None  # the unit the value is to be given in (a value without a unit is read in it)
+    ordered: bool = False  # lists: the order matters
+    records: list[str] = []  # the associated record fields the question asks for
+
+    def describe(self) -> str:
+        """One line for a prompt or a tool description."""
+        kind = {AnswerType.list: "a list" + (" in order" if self.ordered else " (any order)"),
+                AnswerType.count: "a whole number (a count)", AnswerType.boolean: "true or false",
+                AnswerType.datetime: "a date or date-time (ISO 8601)"}.get(self.type, f"a {self.type.value}")
+        parts = [f"value: {kind}" + (f" in {self.unit}" if self.unit else "")]
+        if self.records:
+            parts.append(f"records: {{{', '.join(self.records)}}}")
+        return "; ".join(parts) + "; value null when the record does not support an answer"
+
+
+def answer_format(spec: Answer, clean_answer: AnswerValue) -> AnswerFormat:
+    """A task's answer format from its template's Answer spec and the clean answer's unit (both tasks of a pair
+    show the same format, so the format tells nothing about the condition)."""
+    return AnswerFormat(type=spec.type, unit=spec.unit or clean_answer.unit, ordered=spec.ordered,
+                        records=list(spec.asked_records))
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, dt.datetime):
         return value.isoformat(sep=" ")

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass, field
 from functools import cache
+from importlib import resources
 from pathlib import Path
 
 import jinja2
 import jinja2.meta
 import sqlglot
+import yaml
 from sqlglot import expressions as exp
 from sqlglot.errors import ParseError
 from sqlglot.optimizer.qualify import qualify
@@ -92,6 +95,26 @@ def slot_problems(template: Template) -> list[str]:
     return problems
 
 
+@cache
+def record_cues() -> dict[str, list[str]]:
+    """{record field: the words by which a question asks for it} from `record_cues.yaml`."""
+    return yaml.safe_load(resources.files("pipeline.templates").joinpath("record_cues.yaml").read_text())
+
+
+def asked_in(question: str, field_name: str) -> bool:
+    """The question asks for the record field: one of its cues occurs in the text (its own name by default)."""
+    cues = record_cues().get(field_name, [field_name.replace("_", " ")])
+    return any(re.search(rf"\b{re.escape(cue)}\b", question, flags=re.I) for cue in cues)
+
+
+def answer_problems(template: Template) -> list[str]:
+    """Score only what is asked: every scored record field is asked for in every phrasing."""
+    return [f"questions[{i}]: answer.asked_records scores {field_name!r}, but this phrasing never asks for it "
+            f"(cues: {record_cues().get(field_name, [field_name.replace('_', ' ')])})"
+            for i, question in enumerate(template.spec.questions)
+            for field_name in template.spec.answer.asked_records if not asked_in(question, field_name)]
+
+
 def render_problems(template: Template) -> list[str]:
     """Render everything with sample slot values, then check the rendered SQL against the schema."""
     slots = {name: _SAMPLE_VALUES[slot.type] for name, slot in template.spec.slots.items()}
@@ -126,7 +149,8 @@ def lint_file(path: Path) -> LintResult:
     except TemplateError as exc:
         result.problems.append(str(exc).removeprefix(f"{path}: "))
         return result
-    result.problems += slot_problems(template) + render_problems(template) + noise_problems(template)
+    result.problems += (slot_problems(template) + answer_problems(template) + render_problems(template)
+                        + noise_problems(template))
     return result
 
 

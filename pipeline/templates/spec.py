@@ -6,7 +6,7 @@ from enum import Enum
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 INTENTS = ("encounter", "diagnosis_procedure", "laboratory", "medication", "vital_signs", "microbiology")
 # The sub-types of DESIGN.md; the noise registry (a later issue) will own this list.
@@ -55,6 +55,16 @@ class Answer(BaseModel):
     tolerance: float = 1e-6  # numbers: absolute tolerance after rounding both sides
     ordered: bool = False  # lists: order matters
     records: list[str] = []  # columns naming the records the answer rests on (e.g. charttime, itemid)
+    # The record columns every phrasing asks for ("... and when was it measured?"): only these are scored and
+    # shown in the task's answer format; the other `records` are kept in labels as the answer's provenance.
+    asked_records: list[str] = []
+
+    @model_validator(mode="after")
+    def _asked_are_records(self) -> Answer:
+        unknown = [c for c in self.asked_records if c not in self.records]
+        if unknown:
+            raise ValueError(f"asked_records {unknown} are not among records {self.records}")
+        return self
 
 
 class TemplateSpec(BaseModel):

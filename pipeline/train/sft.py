@@ -11,14 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline.agents.llm import SYSTEM_PROMPT  # the prompt the llm agent is evaluated with
+from pipeline.agents.llm import SYSTEM_PROMPT, user_message  # the prompt the llm agent is evaluated with
 from pipeline.env.records import ToolCall, Trajectory
 from pipeline.evaluate.records import EpisodeResult
-
-
-def user_message(question: str, scope: str, intent: str) -> str:
-    """The first user turn, as the `llm` agent words it at evaluation time (a tuned model sees the same prompt)."""
-    return f"Question ({scope} level, {intent}): {question}"
 
 
 class SftError(ValueError):
@@ -61,7 +56,7 @@ def _call_message(index: int, call: ToolCall) -> dict[str, Any]:
 
 def messages_of(trajectory: Trajectory, result: EpisodeResult) -> list[dict[str, Any]]:
     """The conversation: every call with its result; the final `answer` call closes it (its receipt is not taught)."""
-    user = user_message(trajectory.question, result.scope, result.intent)
+    user = user_message(trajectory.question, result.scope, result.intent, trajectory.answer_format)
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
     for index, call in enumerate(trajectory.calls):
         messages.append(_call_message(index, call))
