@@ -216,11 +216,13 @@ def source_gate(work: Path) -> Path:
 
 
 def fingerprint(work: Path) -> Path:
-    """Row counts, content digest and absolute path of the source database (source.json; `ehrgym eval` and `serve` find it there)."""
+    """Row counts, content digest and absolute path of the source database (source.json); `ehrgym eval` and
+    `ehrgym serve` find the source at that path when not given one."""
     def write(tmp: Path) -> None:
         config = load_config(work)
         with open_source(config.db) as con:
-            source = {"database": Path(config.db).name, "path": str(Path(config.db).resolve()), **source_fingerprint(con)}
+            source = {"database": Path(config.db).name, "path": str(Path(config.db).resolve()),
+                      **source_fingerprint(con)}
         tmp.write_text(json.dumps(source, indent=1, sort_keys=True) + "\n")
 
     return produce(Path(work) / "source.json", write)
@@ -327,7 +329,8 @@ def publish(work: Path, assembled: Path, gates: Path) -> Path:
     final, rendered = Path(config.releases_dir) / config.version, work / "staged" / config.version
     if not rendered.is_dir():
         shutil.rmtree(work / "staged", ignore_errors=True)  # emptied by the rename of an attempt that died after it
-    produce(work / "staged", lambda tmp: _render(tmp, config.version, Path(assembled), Path(gates), select_templates(config)))
+    templates = select_templates(config)  # the build's; those the labels use are carried in scoring/
+    produce(work / "staged", lambda tmp: _render(tmp, config.version, Path(assembled), Path(gates), templates))
     if final.exists():
         if (final / "manifest.json").read_bytes() != (rendered / "manifest.json").read_bytes():
             raise FileExistsError(f"{final} already exists with a different manifest; versions are never overwritten")

@@ -65,7 +65,8 @@ class EHRRobustGymEnv(gym.Env):
         from pipeline.env.verifier import verify  # written by the evaluation engineer; loaded when first needed
 
         trajectory = self.episode.trajectory(agent="gym")
-        return float(verify(self.release.label(self.episode.task.task_id), trajectory).passed)
+        label = self.release.label(self.episode.task.task_id)
+        return float(verify(label, trajectory, template=self.release.template(label)).passed)
 
     def close(self) -> None:
         if self.episode is not None:

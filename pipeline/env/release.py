@@ -11,6 +11,18 @@ import duckdb
 
 from pipeline.env.gateway import Gateway, Limits, open_locked
 from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord
+from pipeline.release.scoring import read_scoring_templates, scoring_drift
+from pipeline.templates.spec import Template
+
+
+def _registry_template(template_id: str, version: int, release: str) -> Template:
+    from pipeline.env.verifier import registry_template
+
+    template = registry_template(template_id)
+    if template.spec.version != version:
+        raise ValueError(f"release {release} (published before scoring/) uses template {template_id!r} v{version}, "
+                         f"the registry has v{template.spec.version}; score it with a checkout of that version")
+    return template
 
 
 class ReleaseError(ValueError):
@@ -54,40 +66,72 @@ def _check_source(con, manifest: dict[str, Any], db: Path, fingerprint: bool) ->
     from pipeline.build import source_fingerprint  # heavy import, only when a release opens
 
     expected = manifest.get("source") or {}
+    hint = f"pass --db PATH of the database with source fingerprint {str(expected.get('fingerprint'))[:12]}"
     found = source_fingerprint(con) if fingerprint else None
     rows = found["rows"] if found else {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
                                           for t in expected.get("rows", {})}
     for table, count in (expected.get("rows") or {}).items():
         if rows.get(table) != count:
-            raise ReleaseError(f"{db}: table {table} has {rows.get(table)} rows, the release expects {count}")
+            raise ReleaseError(f"{db}: table {table} has {rows.get(table)} rows, the release expects {count}: "
+                               f"not the database this release was built on; {hint}")
     if found and found["fingerprint"] != expected.get("fingerprint"):
         raise ReleaseError(f"{db}: source fingerprint {found['fingerprint'][:12]} differs from the release's "
-                           f"{str(expected.get('fingerprint'))[:12]}: not the database this release was built on")
+                           f"{str(expected.get('fingerprint'))[:12]}: not the database this release was built on; "
+                           f"{hint}")
+
+
+def find_source(root: Path, manifest: dict[str, Any], db: Path | None) -> Path:
+    """`db` when given, else the source path the manifest recorded at build time; a missing file raises
+    ReleaseError saying what to pass."""
+    source = manifest.get("source") or {}
+    expected = f"the database with source fingerprint {str(source.get('fingerprint'))[:12]}"
+    if db is not None:
+        if not Path(db).is_file():
+            raise ReleaseError(f"--db {db}: source database not found; pass --db PATH of {expected}")
+        return Path(db)
+    if not source.get("path"):
+        raise ReleaseError(f"{root / 'manifest.json'} records no source path (published before it did); "
+                           f"pass --db PATH of {expected} ({source.get('database')})")
+    if not Path(source["path"]).is_file():
+        raise ReleaseError(f"{source['path']}: the source database recorded in {root / 'manifest.json'} is not there "
+                           f"(moved or deleted); pass --db PATH of {expected} ({source.get('database')})")
+    return Path(source["path"])
+
+
+def release_source(release_dir: Path, db: Path | None = None) -> Path:
+    """The source database a release opens on: `db`, or the path its manifest recorded (ReleaseError otherwise)."""
+    return find_source(Path(release_dir), _read_manifest(Path(release_dir)), db)
 
 
 class Release:
     """A release opened on its source: tasks (agent-visible), labels (server side only) and episodes."""
 
     def __init__(self, root: Path, manifest: dict[str, Any], tasks: list[TaskRecord], labels: list[LabelRecord],
-                 patches: list[PatchRecord], con, limits: Limits):
+                 patches: list[PatchRecord], con, limits: Limits,
+                 templates: dict[tuple[str, int], Template] | None = None):
         self.root, self.manifest, self.limits, self._con = root, manifest, limits, con
         self._tasks = sorted(tasks, key=lambda t: t.task_id)
         self._by_id = {t.task_id: t for t in self._tasks}
         self._labels = {lab.task_id: lab for lab in labels}
         self._patches = {p.noise_task_id: p.patch for p in patches}
         self.functions = Gateway.functions_of(con)
+        self._templates = templates  # scoring/templates by (id, version); None: published before scoring/
 
     @classmethod
-    def open(cls, release_dir: Path, source_db: Path, limits: Limits | None = None,
+    def open(cls, release_dir: Path, source_db: Path | None = None, limits: Limits | None = None,
              check_fingerprint: bool = True) -> Release:
-        """Read and check a release folder, and open its source read-only and locked."""
-        root, db = Path(release_dir), Path(source_db)
+        """Read and check a release folder, and open its source read-only and locked: `source_db`, or the
+        source path the manifest recorded (see find_source)."""
+        root = Path(release_dir)
         manifest = _read_manifest(root)
         _check_hashes(root, manifest)
-        if not db.is_file():
-            raise ReleaseError(f"{db}: source database not found")
+        db = find_source(root, manifest, source_db)
         tasks, labels = _jsonl(root / "tasks.jsonl", TaskRecord), _jsonl(root / "labels.jsonl", LabelRecord)
         patches = _jsonl(root / "patches" / "patches.jsonl", PatchRecord)
+        try:
+            templates = read_scoring_templates(root)
+        except ValueError as err:
+            raise ReleaseError(str(err)) from None
         limits = limits or Limits()
         try:
             con = open_locked(db, limits)
@@ -99,7 +143,7 @@ class Release:
         except BaseException:
             con.close()
             raise
-        return cls(root, manifest, tasks, labels, patches, con, limits)
+        return cls(root, manifest, tasks, labels, patches, con, limits, templates)
 
     @property
     def version(self) -> str:
@@ -124,6 +168,26 @@ class Release:
         if task_id not in self._labels:
             raise KeyError(f"release {self.version} has no label for task {task_id!r}")
         return self._labels[task_id]
+
+    def template(self, label_or_id: LabelRecord | str, version: int | None = None) -> Template:
+        """The template a label (or template id and version) was built from, as the release carries it in
+        `scoring/`; a release published before `scoring/` falls back to the registry, which must hold that version."""
+        if isinstance(label_or_id, LabelRecord):
+            template_id, version = label_or_id.template_id, label_or_id.template_version
+        else:
+            template_id = label_or_id
+        if version is None:
+            raise TypeError(f"Release.template({template_id!r}): give the template version (or a label)")
+        if self._templates is None:  # published before scoring/: the checkout's template of the same version
+            return _registry_template(template_id, version, self.version)
+        if (template_id, version) not in self._templates:
+            raise ReleaseError(f"{self.root / 'scoring'}: release {self.version} carries no template "
+                               f"{template_id} v{version}")
+        return self._templates[(template_id, version)]
+
+    def scoring_drift(self) -> list[str]:
+        """Where the checkout's verifier rules or unit tables differ from those the release recorded."""
+        return scoring_drift(self.root)
 
     def episode(self, task_id: str, max_turns: int = 30):
         """A fresh episode of the task: its own cursor, with the task's patch applied as an overlay if it has one."""

@@ -50,14 +50,25 @@ def parse_options(values: list[str], agents: list[str]) -> dict[str, dict[str, A
     return options
 
 
+def source_of(release_dir: Path, db: Path | None) -> Path:
+    """--db, or the source path the release's manifest recorded; errors say which path was tried and what to pass."""
+    from pipeline.env.release import ReleaseError, release_source
+
+    if not (release_dir / "manifest.json").is_file():
+        _fail(f"{release_dir}: not a release folder (no manifest.json); build one with `ehrgym build`")
+    if db is not None and not db.is_file():
+        _fail(f"--db {db}: no such source database file")
+    try:
+        return release_source(release_dir, db)
+    except ReleaseError as exc:
+        _fail(str(exc))
+
+
 def open_release(release_dir: Path, db: Path):
     """Release.open with errors that name the folder or file: missing release, missing DB, fingerprint mismatch."""
     from pipeline.env.release import Release
 
-    if not (release_dir / "manifest.json").is_file():
-        _fail(f"{release_dir}: not a release folder (no manifest.json); build one with `ehrgym build`")
-    if not db.is_file():
-        _fail(f"--db {db}: no such source database file")
+    db = source_of(release_dir, db)
     try:
         return Release.open(release_dir, db)
     except Exception as exc:  # the environment raises its own errors (fingerprint, row counts, hashes); show them
@@ -94,9 +105,10 @@ def _run_with_progress(opened, config, out: Path, overwrite: bool) -> dict:
 
 def eval_command(
     release: Annotated[Path, typer.Option(help="release folder (RELEASES_DIR/VERSION)")],
-    db: Annotated[Path, typer.Option(help="the source DuckDB file the release was built from")],
     out: Annotated[Path, typer.Option(help="folder to write (refused when it exists and is not empty)")],
     agent: Annotated[list[str], typer.Option("--agent", help="agent name; repeat it or give a comma list")],
+    db: Annotated[Path | None, typer.Option(help="the source DuckDB file the release was built from "
+                                                 "(default: the path its manifest recorded)")] = None,
     k: Annotated[int, typer.Option(min=1, help="trials per task")] = 1,
     split: Annotated[str | None, typer.Option(help="only this split (train or test); default: every task")] = None,
     seed: Annotated[int, typer.Option(help="trial t runs with seed + t")] = 0,
@@ -111,9 +123,12 @@ def eval_command(
     names = parse_agents(agent)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         _fail(f"--out {out} exists and is not empty; pass --overwrite to replace it")
+    db = source_of(release, db)
     config = EvalConfig(release_dir=release, db=db, agents=names, agent_options=parse_options(agent_option, names), k=k,
                         split=split, seed=seed, max_turns=max_turns, workers=workers)
     opened = open_release(release, db)
+    for note in opened.scoring_drift():
+        console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
     try:
         metrics = _run_with_progress(opened, config, out, overwrite)
     finally:

@@ -70,7 +70,8 @@ def run_trial(release, agent, task_id: str, trial: int, seed: int, max_turns: in
     finally:
         episode.close()
     label = release.label(task_id)
-    return trajectory, episode_result(label, trajectory, verify(label, trajectory), error)
+    template = release.template(label)  # the release's own template: scoring survives template bumps
+    return trajectory, episode_result(label, trajectory, verify(label, trajectory, template=template), error)
 
 
 def run_task(release, agent, task_id: str, config: EvalConfig) -> TaskRun:

@@ -26,20 +26,25 @@ class GateFailed(Exception):
 
 
 def completeness_frame(tasks: list[TaskRecord], labels: list[LabelRecord], patches: list[PatchRecord]) -> pd.DataFrame:
-    visible, patched = {t.task_id for t in tasks}, defaultdict(int)
+    visible, patched = {t.task_id: t for t in tasks}, defaultdict(int)
     for patch in patches:
         patched[patch.pair_id] += 1
-    rows: dict[str, dict] = defaultdict(lambda: {"n_clean": 0, "n_noise": 0, "splits": set(), "n_visible": 0, "clean_answered": True})
+    rows: dict[str, dict] = defaultdict(lambda: {"n_clean": 0, "n_noise": 0, "splits": set(), "n_visible": 0,
+                                                 "clean_answered": True, "formats": set()})
     for lab in labels:
         row = rows[lab.pair_id]
         row[f"n_{lab.condition}"] += 1
         row["splits"].add(lab.split)
         row["n_visible"] += lab.task_id in visible
+        if lab.task_id in visible:
+            row["formats"].add(repr(visible[lab.task_id].answer_format))
         if lab.condition == "clean":
             row["clean_answered"] = lab.expected.value not in (None, [])
-    return pd.DataFrame([{"pair_id": p, **{k: v for k, v in r.items() if k != "splits"}, "n_splits": len(r["splits"]),
-                          "n_patches": patched[p]} for p, r in sorted(rows.items())],
-                        columns=["pair_id", "n_clean", "n_noise", "n_visible", "clean_answered", "n_splits", "n_patches"])
+    return pd.DataFrame([{"pair_id": p, **{k: v for k, v in r.items() if k not in ("splits", "formats")},
+                          "n_splits": len(r["splits"]), "n_patches": patched[p], "n_formats": len(r["formats"])}
+                         for p, r in sorted(rows.items())],
+                        columns=["pair_id", "n_clean", "n_noise", "n_visible", "clean_answered", "n_splits", "n_patches",
+                                 "n_formats"])
 
 
 def balance_frame(labels: list[LabelRecord]) -> pd.DataFrame:

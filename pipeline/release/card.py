@@ -65,8 +65,12 @@ reference Python on the clean data and on a copy-on-write overlay of the noisy d
   are JSON text (`*_json` columns); the JSONL files keep them as structures.
 - `patches/patches.jsonl`: per pair, the patch (rows hidden/added per table, or changed question slots) from which
   the noisy episode is rebuilt on the source database.
-- `manifest.json`: version, seed, configuration, source fingerprint, template and sub-type versions, counts per
-  intent x scope x level x sub-type, and the sha256 of every file.
+- `scoring/`: what scoring needs, as it was at build time: the templates the labels use
+  (`templates/<intent>/<id>.*`: spec with the answer format and slot vocabularies, gold SQL, gold Python, evidence
+  SQL), the unit tables the verifier reads, and `rules.json` (the verifier's rule version); the environment scores
+  the release with these templates however the checkout's templates have changed since.
+- `manifest.json`: version, seed, configuration, source fingerprint and path, template and sub-type versions, the
+  scoring entry, counts per intent x scope x level x sub-type, and the sha256 of every file.
 - `report.html`: plots and tables of the pairs by intent and sub-type, the splits, traps and contracts, and the
   rejected candidates by sub-type and reason.
 

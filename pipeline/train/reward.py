@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.env.records import Trajectory
 from pipeline.release.records import LabelRecord
+from pipeline.templates.spec import Template
 
 
 class Reward(BaseModel):
@@ -24,17 +25,19 @@ class Reward(BaseModel):
     reasons: list[str] = []
 
 
-def reward(label: LabelRecord, trajectory: Trajectory) -> Reward:
-    """verify(label, trajectory) as a reward; the label must be the trajectory's task's."""
+def reward(label: LabelRecord, trajectory: Trajectory, template: Template | None = None) -> Reward:
+    """verify(label, trajectory, template) as a reward; the label must be the trajectory's task's. `template`
+    defaults to the registry's (a release's own is `release.template(label)`: see release_reward)."""
     from pipeline.env.verifier import verify
 
     if label.task_id != trajectory.task_id:
         raise ValueError(f"label of task {label.task_id} given for a trajectory of task {trajectory.task_id}")
-    verdict = verify(label, trajectory)
+    verdict = verify(label, trajectory, template=template)
     return Reward(task_id=label.task_id, value=1.0 if verdict.passed else 0.0, passed=verdict.passed,
                   answer_match=verdict.answer_match, abstention_valid=verdict.abstention_valid, reasons=list(verdict.reasons))
 
 
 def release_reward(release, trajectory: Trajectory) -> Reward:
     """The reward of a trajectory of one of the release's tasks (server side: the label never reaches the agent)."""
-    return reward(release.label(trajectory.task_id), trajectory)
+    label = release.label(trajectory.task_id)
+    return reward(label, trajectory, release.template(label))
