@@ -38,3 +38,46 @@ def plausible_ranges() -> dict[str, dict[int, PlausibleRange]]:
     """{table: {itemid: range}} from `plausibility.yaml`."""
     raw = yaml.safe_load(resources.files("pipeline.noise").joinpath("plausibility.yaml").read_text())
     return {table: {int(item): PlausibleRange(**spec) for item, spec in items.items()} for table, items in raw.items()}
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How an item's real rows write their numbers: decimals the number uses, decimals its text shows."""
+
+    number: int
+    text: int
+
+    def number_of(self, value: float) -> float:
+        return round(float(value), self.number)
+
+    def text_of(self, value: float) -> str:
+        return f"{float(value):.{self.text}f}"
+
+
+MAX_DECIMALS = 4
+COVERAGE = 0.99  # the fewest decimals that write at least this share of the item's real numbers
+
+
+def item_precision(con, facts: MeasurementTable, item) -> Precision:
+    """The item's real precision in the source: the fewest decimals (0..4) that write 99% of its numbers
+    exactly (integers stay integers), and the most frequent count of decimals its numeric texts show."""
+    number, text, column = facts.number, facts.text, facts.item
+    exact = ", ".join(f"avg((abs({number} - round({number}, {d})) < 1e-9)::INT)" for d in range(MAX_DECIMALS + 1))
+    shares = con.execute(f"SELECT {exact} FROM {facts.name} WHERE {column} = ? AND {number} IS NOT NULL", [item]).fetchall()[0]
+    digits = next((d for d, share in enumerate(shares) if share is not None and share >= COVERAGE), MAX_DECIMALS)
+    return Precision(digits, _text_decimals(con, facts, item) if text else digits)
+
+
+def _text_decimals(con, facts: MeasurementTable, item) -> int:
+    shown = (f"CASE WHEN {facts.text} LIKE '%.%' THEN length(split_part({facts.text}, '.', 2)) ELSE 0 END")
+    row = con.execute(
+        f"SELECT {shown} FROM {facts.name} WHERE {facts.item} = ? AND TRY_CAST({facts.text} AS DOUBLE) IS NOT NULL "
+        f"GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1", [item]).fetchall()
+    return int(row[0][0]) if row else 0
+
+
+def written_like(con, facts: MeasurementTable, item, value: float) -> dict:
+    """{number column: value, text column: its text} as the item's real rows write them."""
+    precision = item_precision(con, facts, item)
+    number = precision.number_of(value)
+    return {facts.number: number, **({facts.text: precision.text_of(number)} if facts.text else {})}

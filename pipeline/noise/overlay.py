@@ -27,10 +27,15 @@ def source_catalog(con: duckdb.DuckDBPyConnection) -> str:
     return scalar(con, "SELECT current_database()")
 
 
+def _anchor_column(columns) -> str:
+    """Rows of the same patient (else of the same first column) are where an added row can sit."""
+    return "subject_id" if "subject_id" in columns else columns[0]
+
+
 def _create_table_overlay(con: duckdb.DuckDBPyConnection, catalog: str, table: str, patch: TablePatch) -> None:
     spec = load_schema()[table]
     source = f'"{catalog}".main.{table}'
-    keys = patch.key_columns
+    keys, columns = patch.key_columns, list(spec.column_names)
     hide_name, add_name = f"__hide_{table}", f"__add_{table}"
     con.execute(f"CREATE OR REPLACE TEMP TABLE {hide_name} AS SELECT {', '.join(keys)} FROM {source} LIMIT 0")
     if patch.hide:
@@ -38,19 +43,34 @@ def _create_table_overlay(con: duckdb.DuckDBPyConnection, catalog: str, table: s
             f"INSERT INTO {hide_name} VALUES ({', '.join('?' for _ in keys)})",
             [[key[c] for c in keys] for key in patch.hide],
         )
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {add_name} AS SELECT * FROM {source} LIMIT 0")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {add_name} AS SELECT *, NULL::BIGINT AS __pos, 0::BIGINT AS __sub FROM {source} LIMIT 0")
     if patch.add:
-        columns = list(spec.column_names)
         con.executemany(
-            f"INSERT INTO {add_name} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
-            [[row.get(c) for c in columns] for row in patch.add],
+            f"INSERT INTO {add_name} ({', '.join(columns)}, __sub) VALUES ({', '.join('?' for _ in columns)}, ?)",
+            [[row.get(c) for c in columns] + [n + 1] for n, row in enumerate(patch.add)],
         )
+        _place_added(con, source, add_name, columns)
     on = " AND ".join(f"t.{c} IS NOT DISTINCT FROM h.{c}" for c in keys)
     con.execute(
-        f"CREATE OR REPLACE TEMP VIEW {table} AS "
-        f"SELECT t.* FROM {source} t ANTI JOIN temp.main.{hide_name} h ON {on} "
-        f"UNION ALL SELECT * FROM temp.main.{add_name}"
+        f"CREATE OR REPLACE TEMP VIEW {table} AS SELECT * EXCLUDE (__pos, __sub) FROM ("
+        f"SELECT t.*, t.rowid AS __pos, 0::BIGINT AS __sub FROM {source} t ANTI JOIN temp.main.{hide_name} h ON {on} "
+        f"UNION ALL SELECT * FROM temp.main.{add_name}) ORDER BY __pos, __sub"
     )
+
+
+def _place_added(con: duckdb.DuckDBPyConnection, source: str, add_name: str, columns: list[str]) -> None:
+    """Each added row sits right after the source row most like it (the row it alters or duplicates: most
+    equal columns, same patient; ties: the first), so patched rows come back where the record keeps them,
+    not last. A row with no such neighbour goes after the table's last row."""
+    near = _anchor_column(columns)
+    score = " + ".join(f"(s.{c} IS NOT DISTINCT FROM a.{c})::INT" for c in columns)
+    con.execute(
+        f"UPDATE {add_name} SET __pos = best.pos FROM ("
+        f"SELECT a.__sub AS sub, s.rowid AS pos FROM {add_name} a JOIN {source} s ON s.{near} = a.{near} "
+        f"QUALIFY row_number() OVER (PARTITION BY a.__sub ORDER BY {score} DESC, s.rowid) = 1"
+        f") best WHERE best.sub = {add_name}.__sub"
+    )
+    con.execute(f"UPDATE {add_name} SET __pos = (SELECT coalesce(max(rowid), 0) + 1 FROM {source}) WHERE __pos IS NULL")
 
 
 def drop_overlay(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
@@ -91,17 +111,33 @@ def overlay_diff(con: duckdb.DuckDBPyConnection, table: str, patch: TablePatch) 
 
 def polars_overlay(tables, patch: Patch):
     """The same patch applied in polars to the cached clean frames: an independent second overlay for the
-    Python reference programs (hidden keys anti-joined away, added rows appended)."""
+    Python reference programs (hidden keys anti-joined away, added rows placed as the SQL overlay places them)."""
     from pipeline.noise.guards import keys_frame
 
     frames = {}
     for table in patch.touched_tables:
-        frame, table_patch = tables[table], patch.tables[table]
-        schema = frame.collect_schema()
+        frame, table_patch = tables[table].with_row_index("__pos"), patch.tables[table]
+        schema = tables[table].collect_schema()
         if table_patch.hide:
             hidden = keys_frame(table_patch.hide, schema).collect()
             frame = frame.join(hidden.lazy(), on=table_patch.key_columns, how="anti", nulls_equal=True)
+        frame = frame.with_columns(pl.col("__pos").cast(pl.Int64), pl.lit(0, pl.Int64).alias("__sub"))
         if table_patch.add:  # rows typed like the table (ISO text from a patches.jsonl becomes dates and times)
-            frame = pl.concat([frame, keys_frame(table_patch.add, schema).select(list(schema))])
-        frames[table] = frame  # lazy: a gold program's filters push down through the anti-join and the union
+            added = keys_frame(table_patch.add, schema).select(list(schema))
+            frame = pl.concat([frame, _placed(tables[table].with_row_index("__pos"), added, list(schema))], how="diagonal_relaxed")
+        frames[table] = frame.sort("__pos", "__sub").drop("__pos", "__sub")  # lazy: filters push down
     return tables.replaced(frames)
+
+
+def _placed(source: pl.LazyFrame, added: pl.LazyFrame, columns: list[str]) -> pl.LazyFrame:
+    """The added rows with the position `_place_added` gives them in SQL (after the source row most like them)."""
+    near = _anchor_column(columns)
+    added = added.with_row_index("__sub", offset=1).with_columns(pl.col("__sub").cast(pl.Int64))
+    score = pl.sum_horizontal(*[pl.col(c).eq_missing(pl.col(f"{c}__a")).cast(pl.Int32) for c in columns])
+    renamed = added.rename({c: f"{c}__a" for c in columns}).with_columns(pl.col(f"{near}__a").alias("__near"))
+    pairs = source.join(renamed, left_on=near, right_on="__near", how="inner")
+    best = (pairs.with_columns(score.alias("__score")).sort("__sub", "__score", "__pos", descending=[False, True, False])
+            .group_by("__sub", maintain_order=True).first().select("__sub", pl.col("__pos").cast(pl.Int64)))
+    end = source.select((pl.len().cast(pl.Int64)).alias("__end"))
+    return (added.join(best, on="__sub", how="left").join(end, how="cross")
+            .with_columns(pl.col("__pos").fill_null(pl.col("__end"))).drop("__end"))

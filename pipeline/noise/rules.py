@@ -6,6 +6,7 @@ gold program guarded on the evidence); population scope repairs by answering ove
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -163,3 +164,22 @@ def scoped_twin(task, template, ev: Evidence, patch: Patch, rule: Rule) -> Noisy
                          _table_guarded_python(template, gold, ev, rule), inspect)
     return NoisyTwin(patch, "repair", None, excluding_sql(task.gold_sql, ev.table, rule.sql),
                      excluding_python(gold, ev.table, rule.expr, rule.within), inspect)
+
+
+TIME_STEPS = (3600, 60, 1)  # whole hours, minutes, seconds: the coarsest a column's real times keep
+
+
+def _time_step(con, table: str, column: str) -> int:
+    aligned = ", ".join(f"avg((epoch({column})::BIGINT % {step} = 0)::INT)" for step in TIME_STEPS)
+    shares = con.execute(f"SELECT {aligned} FROM {table} WHERE {column} IS NOT NULL").fetchall()[0]
+    return next((step for step, share in zip(TIME_STEPS, shares, strict=True) if share is not None and share >= 0.99), 1)
+
+
+def time_shift(con, table: str, column: str, rng, low_hours: int = 2, high_hours: int = 30):
+    """A shift of `low_hours` to `high_hours` written like the column's real times: whole hours only where
+    its real times are all on the hour; else a shift that is not a whole number of hours (no round offset)."""
+    step = _time_step(con, table, column)
+    while True:
+        steps = int(rng.integers(low_hours * 3600 // step, high_hours * 3600 // step + 1))
+        if step == 3600 or (steps * step) % 3600:
+            return dt.timedelta(seconds=steps * step)

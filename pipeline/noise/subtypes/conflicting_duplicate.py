@@ -13,18 +13,18 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from pipeline.db import first_row, scalar
 from pipeline.noise.base import NoiseSubtype, Rejected, register
-from pipeline.noise.measurements import measurement_tables
+from pipeline.noise.code_fit import fitting_codes, sex_ranges
+from pipeline.noise.fresh_ids import fresh_ids
+from pipeline.noise.measurements import item_precision, measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import (
     Evidence, Rule, duplicate_rules, evidence_table_name, flagged_on_source, is_patient, pick, read_value_column,
-    scoped_twin, table_evidence,
+    scoped_twin, table_evidence, time_shift,
 )
 from pipeline.templates.render import sql_literal
 
 FACTORS = (1.1, 1.2, 1.25, 1.5)  # a numeric duplicate: the original times one of these
-SHIFT_HOURS = (2, 6, 12, 24)  # a time duplicate: the original plus one of these
 
 
 @dataclass(frozen=True)
@@ -59,46 +59,50 @@ def conflict_rule(record: Record, rows: pl.DataFrame) -> Rule:
     return Rule(sql, expr, pl.col(record.item).is_in(items) if items else None)
 
 
-def other_value(con, record: Record, value, rng):
-    """A different value of the same kind: a number scaled, a time shifted, another text of the column."""
+def other_value(con, record: Record, row: dict, rng):
+    """A different value of the same kind, written like the record's own: a number scaled (at its item's
+    precision), a time shifted (not by a round offset), a code that fits the patient, another text of the column."""
+    value = row[record.value]
     if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
         return type(value)(not value)  # a flag flips
     if isinstance(value, int | float):
         changed = type(value)(round(value * float(rng.choice(FACTORS)), 2))
         return changed if changed != value else value + 1
     if isinstance(value, dt.datetime):
-        return value + dt.timedelta(hours=int(rng.choice(SHIFT_HOURS)))
-    others = [r[0] for r in con.execute(
-        f"SELECT DISTINCT {record.value} FROM {record.table} WHERE {record.value} IS NOT NULL AND {record.value} <> ? "
-        f"ORDER BY 1 LIMIT 50", [value]).fetchall()]
+        return value + time_shift(con, record.table, record.value, rng)
+    others = _other_texts(con, record, row)
     if not others:
         raise Rejected("no_other_value")
     return others[int(rng.integers(len(others)))]
 
 
-def fresh_ids(con, table: str, column: str, count: int, rng) -> list[int]:
-    """`count` identifiers no row holds: gaps inside the table's range first, else just above its maximum."""
-    low, high = first_row(con, f"SELECT min({column}), max({column}) FROM {table}")
-    chosen: list[int] = []
-    for _ in range(20 * count):
-        candidate = int(rng.integers(low, high + 1))
-        if candidate not in chosen and not scalar(con, f"SELECT count(*) FROM {table} WHERE {column} = ?", [candidate]):
-            chosen.append(candidate)
-        if len(chosen) == count:
-            return chosen
-    above = sorted(rng.choice(1000, count - len(chosen), replace=False))  # a dense key column has no gaps
-    return chosen + [high + 1 + int(offset) for offset in above]
+def _other_texts(con, record: Record, row: dict) -> list:
+    if record.value == "icd_code" and record.table in sex_ranges():
+        return fitting_codes(con, record.table, row["subject_id"], row["icd_version"], row["icd_code"])
+    return [r[0] for r in con.execute(
+        f"SELECT {record.value} FROM {record.table} WHERE {record.value} IS NOT NULL AND {record.value} <> ? "
+        f"GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 50", [row[record.value]]).fetchall()]
+
+
+def measured_other(con, ev: Evidence, row: dict, rng) -> dict:
+    """A measurement's conflicting number and text, at the precision its item's real rows use."""
+    facts = ev.facts
+    precision = item_precision(con, facts, row[facts.item])
+    value = row[facts.number]
+    changed = precision.number_of(value * float(rng.choice(FACTORS)))
+    if changed == precision.number_of(value):
+        changed = precision.number_of(value + 10 ** -precision.number)
+    return {facts.number: changed, **({facts.text: precision.text_of(changed)} if facts.text else {})}
 
 
 def conflicting_copies(con, ev: Evidence, record: Record, rows: list[dict], rng) -> list[dict]:
     """The rows again, each with a different value (a measurement's text follows its number)."""
     copies = []
     for row in rows:
-        value = other_value(con, record, row[record.value], rng)
-        text = ev.facts.text if ev.facts else None
-        copies.append({**row, record.value: value, **({text: f"{value:g}"} if text else {})})
+        changed = measured_other(con, ev, row, rng) if ev.facts else {record.value: other_value(con, record, row, rng)}
+        copies.append({**row, **changed})
     if record.fresh_id:
-        for copy, new_id in zip(copies, fresh_ids(con, ev.table, record.fresh_id, len(copies), rng), strict=True):
+        for copy, new_id in zip(copies, fresh_ids(con, ev.table, record.fresh_id, rows, rng), strict=True):
             copy[record.fresh_id] = new_id
     return copies
 
@@ -108,7 +112,8 @@ class ConflictingDuplicate(NoiseSubtype):
     name = "conflicting_duplicate"
     level = "record"
     requires = "evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads"
-    version = 2  # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
+    version = 3  # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
+    # 3: no tells: numbers at the item's precision, non-round time shifts, sex-fitting codes, ids beside the patient's
 
     def applies(self, template):
         return super().applies(template) and record_of(evidence_table_name(template), template.gold_sql) is not None

@@ -13,12 +13,15 @@ from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
 from pipeline.noise.evidence import evidence_table, frame_by_key
 from pipeline.noise.exclusion import excluding_python, excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
-from pipeline.noise.measurements import MeasurementTable, PlausibleRange, measurement_tables, plausible_ranges
+from pipeline.noise.measurements import (
+    MeasurementTable, PlausibleRange, item_precision, measurement_tables, plausible_ranges,
+)
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
 
 MAX_ALTERED = 3  # population level: how many of the cohort's measurements become impossible
+SLIPS = (10, 100, 1000)  # a decimal point moved one to three places
 
 
 def impossible_sql(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) -> str:
@@ -40,6 +43,7 @@ def impossible_expr(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) 
 class ImplausibleValue(NoiseSubtype):
     name = "implausible_value"
     level = "value"
+    version = 2  # 2: a decimal slip at the item's real precision, not a round multiple of the bound
 
     def make(self, con, task, template, rng):
         table, key_columns, keys = evidence_table(task)
@@ -54,7 +58,7 @@ class ImplausibleValue(NoiseSubtype):
             raise Rejected("evidence_not_clean")
         picked = range(rows.height) if patient else sorted(rng.choice(rows.height, min(MAX_ALTERED, max(1, rows.height // 2)), replace=False))
         chosen = [rows.row(int(i), named=True) for i in picked]
-        altered = [self._impossible(row, facts, ranges[row[facts.item]], rng) for row in chosen]
+        altered = [self._impossible(con, row, facts, ranges[row[facts.item]], rng) for row in chosen]
         hide = [{c: row[c] for c in key_columns} for row in chosen]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hide, add=altered)})
         items = {item: ranges[item] for item in rows[facts.item].unique(maintain_order=True).to_list()}
@@ -68,7 +72,14 @@ class ImplausibleValue(NoiseSubtype):
                          excluding_python(gold, table, rule_expr), {"table": table, "filter": task.slots})
 
     @staticmethod
-    def _impossible(row: dict, facts: MeasurementTable, bounds: PlausibleRange, rng) -> dict:
-        """The row with its number moved far outside the possible range (x3 to x10 the upper bound)."""
-        value = round(bounds.high * float(rng.choice([3, 5, 10])), 2)
-        return {**row, facts.number: value, **({facts.text: f"{value:g}"} if facts.text else {})}
+    def _impossible(con, row: dict, facts: MeasurementTable, bounds: PlausibleRange, rng) -> dict:
+        """The row with its number impossible as real slips make it: the value with its decimal point moved
+        (x10, x100, x1000: the first beyond 1.5x the upper bound), else 3 to 10 times the upper bound; written
+        at the item's real precision (a heart rate stays an integer)."""
+        value, precision = float(row[facts.number]), item_precision(con, facts, row[facts.item])
+        slips = [precision.number_of(value * factor) for factor in SLIPS if value > 0]
+        wild = precision.number_of(bounds.high * float(rng.uniform(3, 10)))
+        number = next((v for v in slips if v > 1.5 * bounds.high), wild)
+        if number <= bounds.high:  # a bound so small the precision rounds it back inside: no honest slip
+            raise Rejected("no_impossible_value_at_precision")
+        return {**row, facts.number: number, **({facts.text: precision.text_of(number)} if facts.text else {})}

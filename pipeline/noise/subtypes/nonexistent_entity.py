@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.db import first_row, scalar
-from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
+from pipeline.noise.base import NoiseSubtype, NoisyTwin, register
+from pipeline.noise.fresh_ids import scattered
 from pipeline.noise.patch import Patch
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.instantiate import typed_slots
@@ -19,7 +19,8 @@ class NonexistentEntity(NoiseSubtype):
     name = "nonexistent_entity"
     level = "query"
     requires = "an entity slot (subject_id, hadm_id or stay_id)"
-    version = 2  # 2: identifiers above the largest (same digit count) are candidates too
+    version = 3  # 2: identifiers above the largest (same digit count) are candidates too
+    # 3: drawn inside the observed range, no closer to a real id than real ids are to each other (no tell)
 
     def applies(self, template):
         return super().applies(template) and any(slot in template.spec.slots for slot in ENTITY_SLOTS)
@@ -27,16 +28,7 @@ class NonexistentEntity(NoiseSubtype):
     def make(self, con, task, template, rng):
         slot = next(s for s in ENTITY_SLOTS if s in task.slots)
         table, column = ENTITY_SLOTS[slot]
-        low, high = first_row(con, f"SELECT min({column}), max({column}) FROM {table}")
-        # an identifier shaped like the real ones (as many digits as the largest) that no table holds; dense
-        # identifiers (a generated database numbers its patients consecutively) leave room above the largest
-        high = 10 ** len(str(high)) - 1
-        for _ in range(20):
-            candidate = int(rng.integers(low, high + 1))
-            if not scalar(con, f"SELECT count(*) FROM {table} WHERE {column} = ?", [candidate]):
-                break
-        else:
-            raise Rejected("no_free_identifier")
+        candidate = scattered(con, table, column, rng, [])  # inside the real ids' range, spaced like them
         slots = {**task.slots, slot: candidate}
         return NoisyTwin(
             patch=Patch(slots={slot: candidate}),

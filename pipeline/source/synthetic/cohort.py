@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .context import ID_BASES, Context
+from .context import Context
 from .sampling import DAY, HOUR, MINUTE, NULL_TIME, expand, quantiles, rank_in_group, sample_one
 from .writer import Text
 
@@ -61,7 +61,7 @@ class Cohort:
 
 def build_cohort(ctx: Context, first_index: int, n: int) -> Cohort:
     rng = ctx.rng
-    subject_id = ID_BASES["subject"] + first_index + np.arange(n, dtype=np.int64)
+    subject_id = ctx.ids.take("subject", n)
     anchor_year = rng.integers(FIRST_ANCHOR_YEAR, LAST_ANCHOR_YEAR + 1, n)
     counts = np.clip(ctx.histogram("demographics", "admissions_per_patient", n), 1, ADMISSION_CAP)
     patient = expand(counts)

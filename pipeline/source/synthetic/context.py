@@ -9,23 +9,63 @@ import numpy as np
 from .vocab import Vocab
 from .writer import Text
 
-ID_BASES = {
-    "subject": 10_000_000, "hadm": 20_000_000, "stay": 30_000_000, "transfer": 30_000_000,
-    "labevent": 1, "specimen": 1_000_000, "microevent": 1, "micro_specimen": 1_000_000,
-    "pharmacy": 1_000_000, "orderid": 1_000_000,
+# Identifiers as MIMIC-IV lays them out (see the real demo): subject, admission and stay ids scattered over
+# their ranges (10,000,000-19,999,999, 20,000,000-29,999,999, 30,000,000-39,999,999) with gaps between
+# consecutive ids; event ids (`labevent_id`, `microevent_id`) in per-patient blocks, consecutive within a
+# patient, with gaps between patients. Each kind: (first id, range width, the demo's mean gap, per patient).
+ID_LAYOUT = {
+    "subject": (10_000_000, 10_000_000, 400, 1), "hadm": (20_000_000, 10_000_000, 36_000, 3),
+    "stay": (30_000_000, 10_000_000, 70_000, 2), "transfer": (30_000_000, 10_000_000, 20_000, 6),
+    "specimen": (1, 100_000_000, 9_000, 150), "micro_specimen": (1, 100_000_000, 200_000, 10),
+    "pharmacy": (1, 100_000_000, 6_500, 200), "orderid": (1, 10_000_000, 500, 250),
 }
+BLOCK_GAPS = {"labevent": 3_700, "microevent": 120}  # mean gap between two patients' blocks in the demo
+
+
+def _hash(seed: int, kind: str, index: np.ndarray) -> np.ndarray:
+    """A deterministic pseudo-random uint64 per (seed, kind, index): splitmix64 of the three mixed."""
+    salt = int.from_bytes(kind.encode()[:8].ljust(8, b"\0"), "little")
+    with np.errstate(over="ignore"):
+        x = np.asarray(index, dtype=np.uint64) + np.uint64((seed * 0x9E3779B97F4A7C15 + salt) % 2**64)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
 
 
 @dataclass
 class IdCounters:
-    """Running counters so that ids are unique across chunks and depend only on generation order."""
+    """Identifiers unique across chunks, shaped like MIMIC-IV's and deterministic in the seed (the k-th id
+    of a kind depends only on the seed and k, not on how patients are chunked)."""
 
+    seed: int = 0
+    patients: int = 1000
     used: dict[str, int] = field(default_factory=dict)
 
+    def stride(self, name: str) -> int:
+        """The mean gap: the demo's, narrowed so that this many patients' ids fit the kind's range."""
+        _, width, gap, per_patient = ID_LAYOUT[name]
+        return int(max(2, min(gap, width // (2 * per_patient * self.patients))))
+
     def take(self, name: str, n: int) -> np.ndarray:
-        start = ID_BASES[name] + self.used.get(name, 0)
+        """The next `n` ids of a scattered kind: one per stride-wide slot, at a random place in the slot."""
+        first, stride = ID_LAYOUT[name][0], self.stride(name)
+        k = np.arange(self.used.get(name, 0), self.used.get(name, 0) + n, dtype=np.int64)
         self.used[name] = self.used.get(name, 0) + n
-        return np.arange(start, start + n, dtype=np.int64)
+        return first + k * stride + (_hash(self.seed, name, k) % np.uint64(stride)).astype(np.int64)
+
+    def take_blocks(self, name: str, subject_id: np.ndarray) -> np.ndarray:
+        """Ids for rows grouped by patient: consecutive within a patient's run, a random gap before each run."""
+        n = len(subject_id)
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        starts = np.r_[True, subject_id[1:] != subject_id[:-1]]
+        blocks = np.arange(self.used.get(f"{name}_blocks", 0), self.used.get(f"{name}_blocks", 0) + int(starts.sum()))
+        gaps = 1 + (_hash(self.seed, name, blocks) % np.uint64(2 * BLOCK_GAPS[name])).astype(np.int64)
+        step = np.ones(n, dtype=np.int64)
+        step[starts] = gaps
+        ids = self.used.get(name, 0) + np.cumsum(step)
+        self.used[name], self.used[f"{name}_blocks"] = int(ids[-1]), int(blocks[-1]) + 1
+        return ids
 
 
 def chunk_rng(seed: int, chunk_index: int) -> np.random.Generator:

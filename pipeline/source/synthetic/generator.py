@@ -39,7 +39,7 @@ def generate_synthetic(db_path: Path, patients: int, seed: int, progress: Progre
 
 
 def _generate_into(path: Path, patients: int, seed: int, progress: Progress, chunk_patients: int) -> dict[str, int]:
-    vocab, ids = load_vocab(), IdCounters()
+    vocab, ids = load_vocab(), IdCounters(seed, patients)
     providers, caregivers = provider_ids(patients), caregiver_ids(patients)
     writer = DuckWriter(path)
     try:

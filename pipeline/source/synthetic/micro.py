@@ -28,7 +28,7 @@ def write_microbiology(ctx: Context, writer, adm: Admissions) -> None:
     drawn = uniform_times(rng, admission, adm.admit, adm.disch)
     stored = drawn + ((1 + rng.random(len(admission)) * 3) * DAY).astype(np.int64)
     writer.insert("microbiologyevents", {
-        "microevent_id": ctx.ids.take("microevent", len(row_test)),
+        "microevent_id": ctx.ids.take_blocks("microevent", adm.subject_id[admission][row_test]),
         "subject_id": adm.subject_id[admission][row_test], "hadm_id": adm.hadm_id[admission][row_test],
         "micro_specimen_id": ctx.ids.take("micro_specimen", len(admission))[row_test],
         "order_provider_id": ctx.providers(len(row_test), present=0.2),
