@@ -1,44 +1,61 @@
 """displaced_time (record level): an evidence row's time moves outside its encounter's window.
 
-The row keeps its hadm_id / stay_id but its time now lies a few hours (days, for a date) before the
-admission's admittime (the ICU stay's intime, for a stay question), beyond the lead by which labs and charted
-vitals routinely precede their encounter (`ROUTINE_LEAD_HOURS`), so it is also outside any first-24-h window;
-every time column of the row moves by the same shift. The gold program then skips it and picks
-another row, or still counts it: the naive answer shows which. Patient scope: abstain (guard: an evidence
-row's time lies outside its encounter's window). Population scope: repair by answering over the rows whose
-time lies inside their encounter's window.
+The row keeps its hadm_id / stay_id but its time now lies 2-12 h (1-3 days, for a date) before the admission's
+admittime (the ICU stay's intime, for a stay question) beyond the lead by which rows of its table routinely
+precede their encounter (`ROUTINE_LEAD_HOURS`, 24 h), so it is also outside any first-24-h window. The offset is
+drawn at the column's own granularity (prescriptions on the hour, eMAR and labs to the minute, ICU stays to the
+second) and the target is not a round number of hours from the admission. Store and schedule times keep their
+distance to the moved time; a duration's other end stays put when the question measures the duration (its
+length changes), else it moves too. Sibling rows keeping the time (siblings.yaml: a lab's specimen, the pharmacy
+row of a prescription, the ICU transfer of a stay) move by the same shift.
+Patient scope: abstain (guard: an evidence row's time lies outside its encounter's window and lead), rejected
+when the question is still answered the same without the moved row, or when a first-time question has another
+qualifying row. Population scope: repair by answering over the rows inside their encounter's window and lead.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
+from functools import cache
+from importlib import resources
+
+import sqlglot
+import yaml
 
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
-from pipeline.noise.encounters import (ROUTINE_LEAD_HOURS, declared_evidence_tables, outside_mask, outside_sql,
-                                       parent_encounter, with_tables)
+from pipeline.noise.encounters import declared_evidence_tables, lead_of, outside_mask, outside_sql, parent_encounter, with_tables
 from pipeline.noise.evidence import evidence_table, rows_by_key
 from pipeline.noise.exclusion import excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
+from pipeline.noise.overlay import overlay
 from pipeline.noise.patch import Patch, TablePatch
-from pipeline.templates.answers import AnswerValue
-from pipeline.templates.programs import load_python_program
+from pipeline.noise.siblings import sibling_patch
+from pipeline.source.schema import load_schema
+from pipeline.templates.answers import AnswerValue, canonical_answer, is_empty
+from pipeline.templates.instantiate import typed_slots
+from pipeline.templates.programs import load_python_program, run_sql
 
-# table -> its time columns, the one compared with the window first; the others move along with it
-TIME_COLUMNS = {
-    "labevents": ["charttime"], "chartevents": ["charttime"], "outputevents": ["charttime"],
-    "inputevents": ["starttime", "endtime"], "emar": ["charttime", "scheduletime"],
-    "prescriptions": ["starttime", "stoptime"], "procedures_icd": ["chartdate"], "services": ["transfertime"],
-    "icustays": ["intime", "outtime"],
-}
 MAX_DISPLACED = 3  # population scope: how many evidence rows move
+HOUR, MINUTE, SECOND = dt.timedelta(hours=1), dt.timedelta(minutes=1), dt.timedelta(seconds=1)
+
+
+@cache
+def timed_tables() -> dict[str, dict]:
+    """{table: {time, along, end}} from displaced_time.yaml."""
+    return yaml.safe_load(resources.files(__package__).joinpath("displaced_time.yaml").read_text())
+
+
+# table -> its time columns, the one compared with the window first (the cautious agent's checks read it)
+TIME_COLUMNS = {t: [s["time"], *s.get("along", []), *([s["end"]] if s.get("end") else [])] for t, s in timed_tables().items()}
 
 
 @register
 class DisplacedTime(NoiseSubtype):
     name = "displaced_time"
     level = "record"
-    version = 2  # 2: labs and charted vitals move beyond the lead by which they routinely precede their encounter
-    requires = "evidence rows of a timed event table (TIME_COLUMNS), not the encounter row itself"
+    version = 3  # 3: one end of a measured duration, 24 h lead on every table, unround offsets, siblings, qualifiers
+    requires = "evidence rows of a timed event table (displaced_time.yaml), not the encounter row itself"
 
     def applies(self, template):
         """Listed, and the evidence is timed rows of an encounter (not the admission row itself)."""
@@ -49,24 +66,50 @@ class DisplacedTime(NoiseSubtype):
         enc = parent_encounter(template, table)
         if table not in TIME_COLUMNS:
             raise Rejected("evidence_has_no_event_time")
-        time, patient = TIME_COLUMNS[table][0], template.spec.scope.value == "patient"
+        time, patient, lead = timed_tables()[table]["time"], template.spec.scope.value == "patient", lead_of(table)
         inside = _rows_inside(con, enc, rows_by_key(con, table, keys), time)
         count = 1 if patient else min(MAX_DISPLACED, max(1, len(inside) // 2))
         chosen = [inside[i] for i in sorted(rng.choice(len(inside), count, replace=False))]
-        moved = [_displace(row, table, start, rng) for row, start in chosen]
-        patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=_keys([r for r, _ in chosen], key_columns), add=moved)})
-        outside = outside_sql(enc, "e" if patient else table, time, as_date=not isinstance(moved[0][time], dt.datetime))
+        moving, step = moved_columns(table, task.gold_sql), granularity(con, table, time)
+        moved = [_displace(row, moving, start, lead, step, rng) for row, start in chosen]
+        before = [r for r, _ in chosen]
+        patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=_keys(before, key_columns), add=moved)})
+        patch = sibling_patch(con, table, before, moved, patch)
+        as_date = not isinstance(moved[0][time], dt.datetime)
+        outside = outside_sql(enc, "e" if patient else table, time, as_date, lead)
         gold, inspect = load_python_program(template), {"table": table, "filter": task.slots}
         if not patient:
-            return NoisyTwin(patch, "repair", None, excluding_sql(task.gold_sql, table, outside), _excluding_outside(gold, table, enc, time), inspect)
+            return NoisyTwin(patch, "repair", None, excluding_sql(task.gold_sql, table, outside),
+                             _excluding_outside(gold, table, enc, time, lead), inspect)
+        _reject_if_still_answered(con, task, template, table, _keys(before, key_columns))
         new_keys = _keys(moved, key_columns)  # the guard reads the moved rows (their key may hold the time)
 
         def reference(tables):
-            return guarded_python(template, gold, table, new_keys, lambda ev: bool(outside_mask(ev, tables, enc, time).any()))
+            return guarded_python(template, gold, table, new_keys, lambda ev: bool(outside_mask(ev, tables, enc, time, lead).any()))
 
         return NoisyTwin(patch, "abstain", AnswerValue(value=None),
                          guarded_sql(task.gold_sql, table, new_keys, f"EXISTS (SELECT 1 FROM evidence e WHERE {outside})"),
                          with_tables(reference), inspect)
+
+
+def moved_columns(table: str, gold_sql: str) -> list[str]:
+    """The time columns that move: the main time and those kept at a distance to it; a duration's other end
+    too, unless the question measures the duration (its gold SQL reads both ends)."""
+    spec = timed_tables()[table]
+    columns, end = [spec["time"], *spec.get("along", [])], spec.get("end")
+    measures = end and all(re.search(rf"\b{c}\b", gold_sql) for c in (spec["time"], end))
+    return columns + ([end] if end and not measures else [])
+
+
+def granularity(con, table: str, column: str) -> dt.timedelta | None:
+    """The unit real values of the column are recorded in: an hour when (nearly, 99%) all fall on the hour, a
+    minute when on the minute, else a second; None for a date column."""
+    if not load_schema()[table].column(column).ddl_type.startswith("TIMESTAMP"):
+        return None
+    ((odd_minutes, odd_seconds, total),) = con.execute(
+        f"SELECT count(*) FILTER (WHERE minute({column}) <> 0 OR second({column}) <> 0), count(*) FILTER (WHERE "
+        f"second({column}) <> 0), count(*) FROM {table} WHERE {column} IS NOT NULL").fetchall()
+    return HOUR if odd_minutes <= total / 100 else MINUTE if odd_seconds <= total / 100 else SECOND
 
 
 def _keys(rows: list[dict], columns: list[str]) -> list[dict]:
@@ -92,24 +135,39 @@ def _inside(value, start, end) -> bool:
     return start <= value <= end
 
 
-def _displace(row: dict, table: str, start, rng) -> dict:
-    """The row with every time column shifted so that its main time lies 2-12 h (1-3 days) before `start`,
-    beyond the table's routine lead."""
-    columns = TIME_COLUMNS[table]
+def _displace(row: dict, columns: list[str], start, lead: int, step: dt.timedelta | None, rng) -> dict:
+    """The row with its moving columns shifted so that the main one lies 2-12 h (1-3 days) before `start` plus
+    the lead, at the column's granularity `step` (an offset from `start` that is no round number of hours)."""
     main = row[columns[0]]
     if isinstance(main, dt.datetime):
-        shift = start - dt.timedelta(hours=ROUTINE_LEAD_HOURS.get(table, 0) + int(rng.integers(2, 13))) - main
+        units = int(rng.integers(2 * HOUR // step, 12 * HOUR // step))
+        target = start - dt.timedelta(hours=lead) - units * step - step * float(rng.random())
+        target -= (target - dt.datetime.min) % step  # on the column's own grid
+        shift = target - main
     else:
-        shift = dt.timedelta(days=(start.date() - main).days - int(rng.integers(1, 4)))
+        shift = dt.timedelta(days=(start.date() - main).days - lead // 24 - int(rng.integers(1, 4)))
     return {**row, **{c: row[c] + shift for c in columns if row[c] is not None}}
 
 
-def _excluding_outside(gold, table, enc, time):
+def _reject_if_still_answered(con, task, template, table: str, hidden: list[dict]) -> None:
+    """A careful analyst who sets the moved rows aside must not still have an answer: the clean one (another
+    record qualifies: a dose at +20 h still makes "given in the first 24 h" true) or, for a first-time question
+    (the gold picks one row), any."""
+    patch = Patch(tables={table: TablePatch(key_columns=list(hidden[0]), hide=hidden)})
+    with overlay(con, patch):
+        frame = run_sql(con, template.gold_sql, typed_slots(template, task.slots))
+    left = canonical_answer(frame, template.spec.answer) if frame.height else AnswerValue(value=None)
+    first_time = sqlglot.parse_one(task.gold_sql, dialect="duckdb").args.get("limit") is not None
+    if not is_empty(left) and (first_time or left == task.answer):
+        raise Rejected("other_record_still_qualifies")
+
+
+def _excluding_outside(gold, table, enc, time, lead):
     """Python repair reference: the gold program over the rows of `table` inside their encounter's window."""
 
     def reference(tables, slots):
         frame = tables[table].collect()
-        valid = frame.filter(~outside_mask(frame, tables, enc, time))
+        valid = frame.filter(~outside_mask(frame, tables, enc, time, lead))
         return gold(tables.replaced({table: valid}), slots)
 
     return reference

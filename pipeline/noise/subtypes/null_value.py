@@ -2,6 +2,9 @@
 
 A measurement loses its number (and its text); a record of another table (an admission, an order, a culture)
 loses the value column its question reads (`values` in duplicates.yaml: discharge location, route, ...).
+The same fact kept elsewhere (siblings.yaml) goes with it, or a careful analyst would read it there: a lab's
+text `value` with its `valuenum`, a susceptibility's MIC (dilution) with its interpretation, the pharmacy row's
+start / stop time and route with the prescription's, the ICU transfer's care unit with the stay's first unit.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.measurements import measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import read_value_column
+from pipeline.noise.siblings import companions, sibling_patch
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
 
@@ -21,7 +25,7 @@ class NullValue(NoiseSubtype):
     name = "null_value"
     level = "value"
     requires = "a patient-level template (a population answer over many rows survives one NULL)"
-    version = 2  # 2: records of non-measurement tables lose the value column their question reads
+    version = 3  # 3: the fact's companions (text value, MIC) and sibling rows (pharmacy, transfers) go NULL too
 
     def applies(self, template):
         return super().applies(template) and template.spec.scope.value == "patient"
@@ -35,8 +39,10 @@ class NullValue(NoiseSubtype):
         rows = rows_by_key(con, table, keys)
         if len(rows) != len(keys) or any(row[number] is None for row in rows):
             raise Rejected("evidence_not_clean")
-        blanked = [{**row, number: None, **({facts.text: None} if facts and facts.text else {})} for row in rows]
+        blank = dict.fromkeys([number, *companions(table, number), *([facts.text] if facts and facts.text else [])])
+        blanked = [{**row, **blank} for row in rows]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=keys, add=blanked)})
+        patch = sibling_patch(con, table, rows, blanked, patch)
         gold = load_python_program(template)
         return NoisyTwin(
             patch=patch,

@@ -3,6 +3,9 @@
 Patient scope: the evidence references an encounter the record does not have; abstain (guard: an evidence
 row's hadm_id / stay_id has no parent row). Population scope: the parents of a few evidence rows are hidden;
 repair by answering over the rows whose parent exists (the orphaned rows are excluded).
+Other tables that record the same encounter (siblings.yaml `records`: the admission's transfers and ICU stays,
+the ICU stay's transfer) lose its rows too, or a careful analyst would find the encounter there; a question that
+itself reads such a table (other than its evidence) is rejected (`question_reads_sibling`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pipeline.noise.evidence import evidence_table, frame_by_key
 from pipeline.noise.exclusion import excluding_python, excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.patch import Patch, TablePatch
+from pipeline.noise.siblings import matching_rows, reads_table, record_rules
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
 
@@ -23,6 +27,7 @@ MAX_ORPHANED = 3  # population scope: how many parent encounters are hidden
 class OrphanReference(NoiseSubtype):
     name = "orphan_reference"
     level = "record"
+    version = 2  # 2: the encounter's rows in other tables that record it (transfers, ICU stays) are hidden too
     requires = "evidence rows of a table that references an encounter (not admissions itself)"
 
     def applies(self, template):
@@ -40,7 +45,8 @@ class OrphanReference(NoiseSubtype):
             if len(parents) < 2:
                 raise Rejected("too_few_parents")
             parents = sorted(rng.choice(parents, min(MAX_ORPHANED, len(parents) // 2), replace=False).tolist())
-        patch = Patch(tables={enc.table: TablePatch(key_columns=[enc.key], hide=[{enc.key: p} for p in parents])})
+        patch = Patch(tables={enc.table: TablePatch(key_columns=[enc.key], hide=[{enc.key: p} for p in parents]),
+                              **_records_of(con, enc, parents, table, task.gold_sql)})
         inspect = {"table": enc.table, "filter": {enc.key: parents}}
         if not patient:
             return NoisyTwin(patch, "repair", None, excluding_sql(task.gold_sql, table, orphan_sql(enc, table)),
@@ -53,3 +59,20 @@ class OrphanReference(NoiseSubtype):
         return NoisyTwin(patch, "abstain", AnswerValue(value=None),
                          guarded_sql(task.gold_sql, table, keys, f"EXISTS (SELECT 1 FROM evidence e WHERE {orphan_sql(enc, 'e')})"),
                          with_tables(reference), inspect)
+
+
+def _records_of(con, enc, parents: list, evidence: str, gold_sql: str) -> dict[str, TablePatch]:
+    """Hide patches for the rows of other tables that record the hidden encounters (not the evidence table)."""
+    found = {}
+    for rule in record_rules(enc.table):
+        if rule["table"] == evidence:
+            continue
+        if reads_table(gold_sql, rule["table"]):
+            raise Rejected("question_reads_sibling")
+        encounters = con.execute(f"SELECT * FROM {enc.table} WHERE {enc.key} IN ({', '.join('?' for _ in parents)}) ORDER BY ALL", parents)
+        names = [d[0] for d in encounters.description]
+        rows = [r for e in encounters.fetchall() for r in matching_rows(con, rule, dict(zip(names, e)))]
+        keys = {tuple(r[c] for c in rule["key"]): {c: r[c] for c in rule["key"]} for r in rows}
+        if keys:
+            found[rule["table"]] = TablePatch(key_columns=rule["key"], hide=[keys[k] for k in sorted(keys)])
+    return found

@@ -1,0 +1,71 @@
+"""Sibling facts (siblings.yaml): where the record keeps a fact a noise changes, and the patch that changes it alike."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from pipeline.noise.patch import Patch, TablePatch
+
+
+@cache
+def sibling_rules() -> dict[str, Any]:
+    """{"companions": ..., "rows": ..., "records": ...} from siblings.yaml."""
+    return yaml.safe_load(resources.files("pipeline.noise").joinpath("siblings.yaml").read_text())
+
+
+def companions(table: str, column: str) -> list[str]:
+    """Columns of the same row of `table` that state the fact in `column`."""
+    return sibling_rules()["companions"].get(table, {}).get(column, [])
+
+
+def matching_rows(con, rule: dict, row: dict) -> list[dict]:
+    """Rows of `rule['table']` that `row` finds through `rule['match']` (none when an `on` value is NULL)."""
+    if any(row[c] is None for c in rule["match"]):
+        return []
+    where = " AND ".join(f"{s} = ?" for s in rule["match"].values())
+    found = con.execute(f"SELECT * FROM {rule['table']} WHERE {where} ORDER BY ALL", [row[c] for c in rule["match"]])
+    names = [d[0] for d in found.description]
+    return [dict(zip(names, values)) for values in found.fetchall()]
+
+
+def _alike(sibling_value, before, after):
+    """A sibling value changed as the evidence value went from `before` to `after` (NULL, or the same shift)."""
+    if after is None or sibling_value is None:
+        return None
+    if isinstance(before, dt.datetime | dt.date) and before is not None:
+        return sibling_value + (after - before)
+    return after
+
+
+def sibling_patch(con, table: str, before: list[dict], after: list[dict], patched: Patch) -> Patch:
+    """`patched` plus the sibling rows of `table`'s changed rows (before -> after), changed alike."""
+    tables = {name: p.model_copy(deep=True) for name, p in patched.tables.items()}
+    for rule in sibling_rules()["rows"].get(table, []):
+        taken = {tuple(k[c] for c in rule["key"]) for k in tables.get(rule["table"], TablePatch(key_columns=rule["key"])).hide}
+        for old, new in zip(before, after):
+            changed = {e: s for e, s in rule["columns"].items() if old.get(e) != new.get(e)}
+            for sibling in (matching_rows(con, rule, old) if changed else []):
+                key = tuple(sibling[c] for c in rule["key"])
+                if key in taken:
+                    continue
+                taken.add(key)
+                target = tables.setdefault(rule["table"], TablePatch(key_columns=rule["key"]))
+                target.hide.append({c: sibling[c] for c in rule["key"]})
+                target.add.append({**sibling, **{s: _alike(sibling[s], old[e], new[e]) for e, s in changed.items()}})
+    return Patch(tables=tables, slots=patched.slots)
+
+
+def record_rules(encounter_table: str) -> list[dict]:
+    """Tables that also record an encounter of `encounter_table`, with how their rows are found."""
+    return sibling_rules()["records"].get(encounter_table, [])
+
+
+def reads_table(sql: str, table: str) -> bool:
+    """The SQL names `table` in a FROM or JOIN."""
+    return re.search(rf"\b(FROM|JOIN)\s+{table}\b", sql, re.I) is not None

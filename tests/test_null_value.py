@@ -1,0 +1,50 @@
+"""null_value on real demo rows: the fact's companions and sibling rows go NULL with it."""
+
+from __future__ import annotations
+
+from pipeline.noise.base import Rejected, subtypes
+from pipeline.noise.overlay import overlay
+from pipeline.noise.verify import verify_pair
+from pipeline.templates.instantiate import instantiate
+from pipeline.templates.programs import Tables
+from pipeline.templates.registry import load_templates
+
+TEMPLATES = {t.id: t for t in load_templates()}
+
+
+def _pairs(source, template_id: str, tasks: int = 4) -> list:
+    template, pairs = TEMPLATES[template_id], []
+    for task in instantiate(source, [template], per_template=tasks, seed=7)[0]:
+        try:
+            pairs.append(verify_pair(source, Tables(source), task, template, subtypes()["null_value"], seed=0))
+        except Rejected:
+            pass
+    assert pairs, f"null_value: no verified pair for {template_id}"
+    return pairs
+
+
+def test_a_nulled_prescription_time_is_null_in_pharmacy_too(source):
+    for pair in _pairs(source, "prescription_duration_hours"):
+        (row,) = pair.patch.tables["prescriptions"].add
+        column = "stoptime" if row["stoptime"] is None else "starttime"
+        assert row[column] is None
+        with overlay(source, pair.patch):
+            kept = source.execute(f"SELECT {column} FROM pharmacy WHERE pharmacy_id = ?", [row["pharmacy_id"]]).fetchall()
+        assert kept and all(value is None for (value,) in kept)  # the careful reader finds no time there either
+
+
+def test_a_nulled_interpretation_keeps_no_mic(source):
+    for pair in _pairs(source, "organism_resistant_to_antibiotic"):
+        for row in pair.patch.tables["microbiologyevents"].add:
+            assert row["interpretation"] is None and row["dilution_value"] is None and row["dilution_text"] is None
+
+
+def test_a_nulled_lab_number_keeps_no_text_and_a_nulled_unit_no_transfer(source):
+    for pair in _pairs(source, "lab_last_value_in_admission"):
+        assert all(r["valuenum"] is None and r["value"] is None for r in pair.patch.tables["labevents"].add)
+    for pair in _pairs(source, "icu_stay_first_careunit"):
+        (stay,) = pair.patch.tables["icustays"].add
+        with overlay(source, pair.patch):
+            units = source.execute("SELECT careunit FROM transfers WHERE hadm_id = ? AND intime = ?",
+                                   [stay["hadm_id"], stay["intime"]]).fetchall()
+        assert units == [(None,)]  # the ICU transfer no longer names the unit

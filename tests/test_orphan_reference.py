@@ -1,0 +1,38 @@
+"""orphan_reference on real demo rows: the tables that also record the hidden encounter lose it too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.db import scalar
+from pipeline.noise.base import Rejected, subtypes
+from pipeline.noise.overlay import overlay
+from pipeline.noise.verify import verify_pair
+from pipeline.templates.instantiate import instantiate
+from pipeline.templates.programs import Tables
+from pipeline.templates.registry import load_templates
+
+TEMPLATES = {t.id: t for t in load_templates()}
+ORPHAN = subtypes()["orphan_reference"]
+
+
+def test_a_hidden_admission_leaves_no_transfer_or_icu_stay(source):
+    template = TEMPLATES["lab_last_value_in_admission"]
+    tasks = instantiate(source, [template], per_template=3, seed=7)[0]
+    pairs = [verify_pair(source, Tables(source), task, template, ORPHAN, seed=0) for task in tasks]
+    for pair in pairs:
+        hadm_id = pair.clean.slots["hadm_id"]
+        assert scalar(source, "SELECT count(*) FROM transfers WHERE hadm_id = ?", [hadm_id]) > 0
+        with overlay(source, pair.patch):
+            for table in ("admissions", "transfers", "icustays"):
+                assert scalar(source, f"SELECT count(*) FROM {table} WHERE hadm_id = ?", [hadm_id]) == 0, table
+            assert scalar(source, "SELECT count(*) FROM labevents WHERE hadm_id = ?", [hadm_id]) > 0
+        assert pair.expected.value is None and pair.trap
+
+
+def test_a_question_reading_the_sibling_table_is_rejected(source):
+    template = TEMPLATES["top_diagnoses_in_first_careunit"]  # reads icustays, which record the admission too
+    task = instantiate(source, [template], per_template=1, seed=7)[0][0]
+    with pytest.raises(Rejected, match="question_reads_sibling"):
+        ORPHAN.make(source, task, template, np.random.default_rng(0))
