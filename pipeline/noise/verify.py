@@ -16,6 +16,8 @@ from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected
 from pipeline.noise.evidence import keyed_rows
 from pipeline.noise.overlay import overlay, overlay_diff, polars_overlay
 from pipeline.noise.patch import Patch
+from pipeline.noise.recovery import check_recovery
+from pipeline.noise.recovery.case import Case
 from pipeline.templates.answers import AnswerShapeError, AnswerValue, answers_agree, canonical_answer, is_empty
 from pipeline.templates.instantiate import CleanTask, typed_slots
 from pipeline.templates.programs import Tables, run_sql, tables_for
@@ -130,6 +132,7 @@ def verify_pair(con: duckdb.DuckDBPyConnection, tables: Tables, task: CleanTask,
         expected = _check_references(con, noisy_tables, twin, template, slots, twin.expected, "on_noisy")
         _check_diff(con, twin.patch, matched)
         naive = _naive_answer(con, template, slots)
+        check_recovery(con, Case(template, slots, twin.patch, twin.contract, expected, naive))  # careful analyst
     question = render(template.spec.questions[task.phrasing], {**task.slots, **twin.patch.slots}).strip()
     if len(REVEALING.findall(question)) > len(REVEALING.findall(task.question)):
         raise Rejected("question_reveals_noise")

@@ -3,21 +3,36 @@
 from __future__ import annotations
 
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
+from pipeline.noise.encounters import declared_evidence_tables
 from pipeline.noise.evidence import candidate_keys, evidence_table
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
+from pipeline.templates.spec import AnswerType
 
 MAX_HIDDEN = 5_000  # a population question over more rows than this is not a missing-record item
+# Zero is an answer: with the counted rows hidden, a count of 0 is what the record says (no abnormal potassium, no
+# patient with the diagnosis), so only a patient's count abstains, and only where zero rows cannot be true: every
+# MIMIC-IV hospital admission has billed diagnoses, services and transfers.
+ALWAYS_RECORDED = frozenset({"diagnoses_icd", "services", "transfers"})
 
 
 @register
 class MissingRecord(NoiseSubtype):
     name = "missing_record"
     level = "record"
-    version = 2  # 2: rejected when the noisy data still answers the clean question
+    version = 3  # 2: rejected when the noisy data still answers the clean question; 3: zero is an answer
     noisy_data_unanswerable = True
+
+    requires = ("a non-count answer, or a patient's count over rows every admission has (diagnoses_icd, "
+                "services, transfers): zero is an answer")
+
+    def applies(self, template):
+        if template.spec.answer.type is not AnswerType.count:
+            return super().applies(template)
+        return (super().applies(template) and template.spec.scope.value == "patient"
+                and declared_evidence_tables(template) <= ALWAYS_RECORDED)
 
     def make(self, con, task, template, rng):
         table, _, _ = evidence_table(task)

@@ -1,0 +1,199 @@
+"""The recovery strategies: each reads the noisy overlay as a careful analyst would and returns what it recovers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+
+from pipeline.concepts import concept_key, concept_sql
+from pipeline.noise.overlay import source_catalog
+from pipeline.noise.recovery import strategy
+from pipeline.noise.recovery.case import Case
+from pipeline.noise.recovery.sql import answer_of, gold_tree, reads, rewrite_literals, temp_views, with_tables
+from pipeline.source.schema import load_schema
+from pipeline.templates.answers import AnswerValue, is_empty
+from pipeline.templates.spec import AnswerType
+
+
+def _definite(answer: AnswerValue | None) -> AnswerValue | None:
+    return None if answer is None or is_empty(answer) else answer
+
+
+def _new(answer: AnswerValue | None, case: Case) -> AnswerValue | None:
+    """A rewritten reading counts only where it changes what the plain gold reading says on the overlay."""
+    answer = _definite(answer)
+    if answer is None or (case.naive is not None and answer.value == case.naive.value):
+        return None
+    return answer
+
+
+def _facts(rule: dict[str, Any], key: str, case: Case) -> list[dict[str, Any]]:
+    """The facts of a rule that name this template."""
+    return [f for f in rule.get(key, []) if case.template.id in f["templates"]]
+
+
+_WRAPPERS = (exp.Lower, exp.Upper, exp.Trim, exp.RegexpReplace)
+
+
+def _core(node: exp.Expression) -> exp.Expression:
+    """The column or literal inside a normalising wrapper (lower/trim/regexp_replace, as concept_sql writes)."""
+    while isinstance(node, _WRAPPERS):
+        node = node.this
+    return node
+
+
+def _byte_form(tree: exp.Expression, literal_of: dict[str, str]) -> exp.Expression:
+    """The literal reading: every normalised `f(column) = f('literal')` back to byte equality, and a value set on
+    a column with declared synonyms (`event_txt IN (...)`) back to its one literal value ('Administered')."""
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.In) and isinstance(_core(node.this), exp.Column) and _core(node.this).name in literal_of:
+            column = _core(node.this)
+            return exp.EQ(this=column.copy(), expression=exp.Literal.string(literal_of[column.name]))
+        if isinstance(node, exp.EQ) and isinstance(node.this, _WRAPPERS) and isinstance(node.expression, _WRAPPERS):
+            column, literal = _core(node.this), _core(node.expression)
+            if isinstance(column, exp.Column) and isinstance(literal, exp.Literal) and literal.is_string:
+                return exp.EQ(this=column.copy(), expression=literal.copy())
+        return node
+
+    return tree.copy().transform(swap)
+
+
+@strategy("concept_variant")
+def concept_variant(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any]) -> AnswerValue | None:
+    """Read the question by concept (each text slot matched by concept key, declared record values with their
+    synonyms, e.g. eMAR 'Flushed' is administered) and literally: where only the concept reading finds the fact,
+    the question's premise holds and the concept reading is the analyst's answer."""
+    slots = case.template.spec.slots
+    concepts = {v for name, v in case.slots.items() if isinstance(v, str) and name in slots and slots[name].type == "text"}
+    synonyms = {(s["column"], s["value"]): s["means"] for s in rule.get("synonyms", [])}
+
+    def widen(column: exp.Expression, literal: str) -> exp.Expression | None:
+        means = synonyms.get((column.name if isinstance(column, exp.Column) else "", literal))
+        if means:
+            return sqlglot.parse_one(f"{concept_sql(column.sql(dialect='duckdb'))} IN ({', '.join(_quote(concept_key(m)) for m in means)})", dialect="duckdb")
+        if literal in concepts:
+            return sqlglot.parse_one(f"{concept_sql(column.sql(dialect='duckdb'))} = {_quote(concept_key(literal))}", dialect="duckdb")
+        return None
+
+    gold = gold_tree(case)
+    by_bytes = _byte_form(gold, {column: value for column, value in synonyms})
+    by_concept = rewrite_literals(by_bytes, widen)
+    if by_concept == by_bytes:
+        return None
+    read = lambda tree: case.naive if tree == gold else answer_of(con, case, tree)  # noqa: E731
+    concept, plain = _definite(read(by_concept)), read(by_bytes)
+    return concept if _definite(plain) is None else None  # the literal reading finds nothing, the concept one does
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _repaired(con: duckdb.DuckDBPyConnection, case: Case, repairs: dict[str, dict[str, str]]) -> AnswerValue | None:
+    """The gold reading over tables whose columns are replaced by repair expressions (alias `t` is the row)."""
+    tree = gold_tree(case)
+    wanted = {table: cols for table, cols in repairs.items() if table in case.patch.touched_tables and reads(tree, table)}
+    if not wanted:
+        return None
+    views = {table: f"SELECT * REPLACE ({', '.join(f'{expr} AS {col}' for col, expr in cols.items())}) FROM {table} t"
+             for table, cols in wanted.items()}
+    with temp_views(con, views) as names:
+        return _new(answer_of(con, case, with_tables(tree, names)), case)
+
+
+@strategy("sibling_table")
+def sibling_table(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any]) -> AnswerValue | None:
+    """A sibling table or column keeps the fact (pharmacy times, transfers' unit, value text, specimen time);
+    or the question's fact lives in a table the noise did not touch."""
+    for fact in _facts(rule, "intact_facts", case):
+        touched = case.patch.touched_tables
+        if touched and not set(fact["tables"]) & set(touched):
+            return _definite(case.naive)
+    return _repaired(con, case, {r["table"]: r["columns"] for r in rule.get("repairs", [])})
+
+
+@strategy("breakpoint")
+def breakpoint(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any]) -> AnswerValue | None:
+    """A missing interpretation read from the MIC by standard breakpoints (declared drug/organism pairs only)."""
+    return _repaired(con, case, {rule["table"]: {rule["column"]: f"coalesce(t.{rule['column']}, {breakpoint_sql(rule)})"}})
+
+
+def breakpoint_sql(rule: dict[str, Any]) -> str:
+    """CASE expression: 'R' / 'S' where the dilution lies beyond a breakpoint, NULL in between or unknown."""
+    comparison, value = "trim(t.dilution_comparison)", "t.dilution_value"
+    whens = []
+    for bp in rule["breakpoints"]:
+        pair = f"{concept_sql('t.org_name')} LIKE {_quote(bp['organism'])} AND {concept_sql('t.ab_name')} = {_quote(bp['antibiotic'])}"
+        whens.append(f"WHEN {pair} AND {comparison} IN ('=>', '>', '=') AND {value} >= {float(bp['resistant_at_least'])} THEN 'R'")
+        whens.append(f"WHEN {pair} AND {comparison} IN ('<=', '<', '=') AND {value} <= {float(bp['susceptible_at_most'])} THEN 'S'")
+    return f"(CASE {' '.join(whens)} END)"
+
+
+def _moved_together(con: duckdb.DuckDBPyConnection, case: Case, fact: dict[str, Any]) -> bool:
+    """Every altered row of the table is its source row with both ends shifted by one delta, nothing else changed."""
+    table, start, end = fact["table"], fact["start"], fact["end"]
+    patch = case.patch.tables[table]
+    if not patch.hide or len(patch.hide) != len(patch.add):
+        return False
+    keys = " AND ".join(f"a.{c} = s.{c}" for c in fact["id"])  # the row's identity (a patch key may hold the time)
+    others = [c for c in load_schema()[table].column_names if c not in (start, end)]
+    same = " AND ".join([f"a.{c} IS NOT DISTINCT FROM s.{c}" for c in others] + [f"a.{end} - a.{start} = s.{end} - s.{start}"])
+    source = f'"{source_catalog(con)}".main.{table}'
+    n, kept = con.execute(f"SELECT count(*), count(*) FILTER (WHERE {same}) FROM temp.main.__add_{table} a JOIN {source} s ON {keys}").fetchall()[0]
+    return n == len(patch.add) and kept == n
+
+
+@strategy("duration")
+def duration(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any]) -> AnswerValue | None:
+    """A duration answer is unchanged when both ends of each altered row moved together: the plain reading stands."""
+    for fact in _facts(rule, "facts", case):
+        if fact["table"] in case.patch.touched_tables and _moved_together(con, case, fact):
+            return _definite(case.naive)
+    return None
+
+
+@strategy("zero_count")
+def zero_count(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any]) -> AnswerValue | None:
+    """A count or yes/no over a window inside the record's covered time span is 0 / no, not unknown."""
+    for window in _facts(rule, "windows", case):
+        cover = window["covered_by"]
+        lo, hi = con.execute(f"SELECT min({cover['column']})::DATE, max({cover['column']})::DATE FROM {cover['table']}").fetchall()[0]
+        start, end = (_date(con, case.slots[window[k]]) for k in ("start", "end"))
+        if lo is not None and lo <= start and end <= hi:
+            return _definite(case.naive) or _nothing(case)
+    return None
+
+
+def _date(con: duckdb.DuckDBPyConnection, value: Any):
+    return con.execute("SELECT CAST(? AS DATE)", [str(value)[:10]]).fetchall()[0][0]
+
+
+def _nothing(case: Case) -> AnswerValue | None:
+    """The answer of a count (0) or a yes/no (no) over nothing."""
+    zero = {AnswerType.count: 0, AnswerType.boolean: False}.get(case.template.spec.answer.type)
+    return None if zero is None else AnswerValue(value=zero, unit=case.template.spec.answer.unit)
+
+
+@strategy("other_qualifying_record")
+def other_qualifying_record(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any]) -> AnswerValue | None:
+    """A yes/no question still answered 'yes' by a record of an entity the noise did not touch."""
+    for fact in _facts(rule, "facts", case):
+        table = fact["table"]
+        if table not in case.patch.touched_tables:
+            continue
+        entity = ", ".join(fact["entity"])
+        patch, source = case.patch.tables[table], f'"{source_catalog(con)}".main.{table}'
+        on = " AND ".join(f"s.{c} IS NOT DISTINCT FROM h.{c}" for c in patch.key_columns)
+        touched = (f"SELECT {entity} FROM {source} s SEMI JOIN temp.main.__hide_{table} h ON {on} "
+                   f"UNION ALL SELECT {entity} FROM temp.main.__add_{table}")
+        same = " AND ".join(f"t.{c} IS NOT DISTINCT FROM k.{c}" for c in fact["entity"])
+        untouched = f"SELECT t.* FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM ({touched}) k WHERE {same})"
+        with temp_views(con, {table: untouched}) as names:
+            answer = answer_of(con, case, with_tables(gold_tree(case), names))
+        if answer is not None and answer.value is True:
+            return answer
+    return None
