@@ -6,6 +6,7 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.concepts import concept_is, concept_key, concept_sql
 from pipeline.noise.base import NoisyTwin
 from pipeline.noise.patch import Patch
 from pipeline.templates.answers import AnswerValue, canonical_answer, is_empty
@@ -40,19 +41,20 @@ def empty_answer(template: Template) -> pl.DataFrame:
 def swapped_twin(template: Template, task: CleanTask, changed: dict[str, Any], inspect: dict[str, Any],
                  guard: tuple[str, str, Any] | None = None) -> NoisyTwin:
     """Abstain twin whose reference is the gold program with the changed slots. With `guard` = (table,
-    column, value), both references also abstain unless `value` occurs in `table.column` (the careful
-    reader's dictionary look-up, which a count template otherwise answers with 0)."""
+    column, value), both references also abstain unless the concept `value`, in any spelling, occurs in
+    `table.column` (the careful reader's dictionary look-up, which a count template otherwise answers with 0)."""
     slots = typed_slots(template, {**task.slots, **changed})
     sql, gold = render_sql(template.gold_sql, slots).strip(), load_python_program(template)
     if guard is None:
         reference_python = gold
     else:
         table, column, value = guard
-        sql = f"SELECT g.* FROM (\n{sql}\n) g\nWHERE EXISTS (SELECT 1 FROM {table} WHERE {column} = {sql_literal(value)})"
+        known_sql = f"SELECT 1 FROM {table} WHERE {concept_sql(column)} = {sql_literal(concept_key(value))}"
+        sql = f"SELECT g.* FROM (\n{sql}\n) g\nWHERE EXISTS ({known_sql})"
 
         def reference_python(tables, slots):
             # a dictionary look-up: over the whole table, even when the question is about one patient
-            known = tables.whole()[table].filter(pl.col(column) == value).select(pl.len()).collect().item()
+            known = tables.whole()[table].filter(concept_is(column, value)).select(pl.len()).collect().item()
             return gold(tables, slots) if known else empty_answer(template)
 
     return NoisyTwin(patch=Patch(slots=changed), contract="abstain", expected=AnswerValue(value=None),

@@ -15,9 +15,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.atomic import atomic_output
+from pipeline.concepts import concept_key, display_value
 from pipeline.templates.answers import AnswerShapeError, AnswerValue, answers_agree, canonical_answer, is_empty
 from pipeline.templates.programs import Tables, load_python_program, run_sql, tables_for
-from pipeline.templates.render import render, render_sql
+from pipeline.templates.render import render, render_sampler, render_sql
 from pipeline.templates.spec import Template
 
 OVERSAMPLE = 4  # candidates tried per wanted task, so that drops can be made up
@@ -81,13 +82,29 @@ def template_rng(template_id: str, seed: int) -> np.random.Generator:
 
 
 def sample_slots(con: duckdb.DuckDBPyConnection, template: Template, count: int, rng: np.random.Generator) -> list[dict]:
-    """Up to `count` candidate slot rows drawn without replacement from the sampler's (sorted) result."""
-    names = list(template.spec.slots)
-    rows = con.sql(f"SELECT DISTINCT {', '.join(names)} FROM ({template.spec.sampler}) ORDER BY ALL").fetchall()
+    """Up to `count` candidate slot rows drawn without replacement from the sampler's (sorted) result, one per
+    concept (`one_per_concept`)."""
+    names, sampler = list(template.spec.slots), render_sampler(template.spec.sampler)
+    rows = con.sql(f"SELECT DISTINCT {', '.join(names)} FROM ({sampler}) ORDER BY ALL").fetchall()
+    rows = one_per_concept(template, names, rows)
     if not rows:
         return []
     picks = rng.choice(len(rows), size=min(count, len(rows)), replace=False)
     return [dict(zip(names, rows[i], strict=True)) for i in picks]
+
+
+def one_per_concept(template: Template, names: list[str], rows: list[tuple]) -> list[tuple]:
+    """Rows with concept slots in display form, one row per concept: variants of a name ('LaMOTrigine',
+    'LamoTRIgine') are one candidate, shown as the first in the rows' order shows it."""
+    vocabularies = [template.spec.slots[name].vocabulary for name in names]
+    seen, kept = set(), []
+    for row in rows:
+        shown = tuple(display_value(v, value) for v, value in zip(vocabularies, row, strict=True))
+        key = tuple(concept_key(value) if v else value for v, value in zip(vocabularies, shown, strict=True))
+        if key not in seen:
+            seen.add(key)
+            kept.append(shown)
+    return kept
 
 
 def task_id(template: Template, slots: dict[str, Any]) -> str:

@@ -118,7 +118,7 @@ def answer_problems(template: Template) -> list[str]:
 def render_problems(template: Template) -> list[str]:
     """Render everything with sample slot values, then check the rendered SQL against the schema."""
     slots = {name: _SAMPLE_VALUES[slot.type] for name, slot in template.spec.slots.items()}
-    problems = sql_problems(template.spec.sampler, "sampler")
+    problems = sql_problems(render(template.spec.sampler, {}), "sampler")
     try:
         for question in template.spec.questions:
             render(question, slots)

@@ -7,7 +7,7 @@ from functools import cache
 
 import jinja2
 
-from pipeline.concepts import concept_sql
+from pipeline.concepts import administered_sql, concept_sql
 
 
 def sql_literal(value: object) -> str:
@@ -30,12 +30,19 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
     # `{{ concept(d.label) }} = {{ concept(lab_label) }}` compares concept names (pipeline.concepts) in SQL
     env.globals["concept"] = concept_sql
+    # `{{ administered('e.event_txt') }}`: the eMAR event documents a dose given (pipeline/concepts.yaml)
+    env.globals["administered"] = administered_sql
     return env
 
 
 def render(text: str, slots: dict[str, object]) -> str:
     """Render a Jinja2 text with the slots; an undefined slot raises jinja2.UndefinedError."""
     return environment().from_string(text).render(**slots)
+
+
+def render_sampler(text: str) -> str:
+    """Render a sampler query: no slots, only the globals (`{{ administered('event_txt') }}`)."""
+    return render(text, {})
 
 
 def render_sql(text: str, slots: dict[str, object]) -> str:

@@ -3,9 +3,11 @@ an admission with several APR rows counts once, with its highest severity)."""
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
-    codes = tables["d_icd_diagnoses"].filter(pl.col("long_title") == slots["diagnosis_title"]).collect()
+    codes = tables["d_icd_diagnoses"].filter(concept_is("long_title", slots["diagnosis_title"])).collect()
     wanted = set(codes.select("icd_code", "icd_version").iter_rows())
     dx = tables["diagnoses_icd"].collect()
     cohort = {h for c, v, h in dx.select("icd_code", "icd_version", "hadm_id").iter_rows() if (c, v) in wanted}

@@ -2,8 +2,10 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
-    codes = tables["d_icd_diagnoses"].filter(pl.col("long_title") == slots["diagnosis_title"])
+    codes = tables["d_icd_diagnoses"].filter(concept_is("long_title", slots["diagnosis_title"]))
     hits = tables["diagnoses_icd"].join(codes, on=["icd_code", "icd_version"])
     return hits.select(pl.col("subject_id").n_unique().alias("value"))

@@ -2,9 +2,11 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
-    codes = tables["d_icd_procedures"].filter(pl.col("long_title") == slots["procedure_title"]).select(
+    codes = tables["d_icd_procedures"].filter(concept_is("long_title", slots["procedure_title"])).select(
         "icd_code", "icd_version"
     )
     done = tables["procedures_icd"].filter(

@@ -3,11 +3,13 @@ stay starting in one care unit; ties broken by title."""
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
     cohort = (
         tables["icustays"]
-        .filter((pl.col("first_careunit") == slots["first_careunit"]) & pl.col("hadm_id").is_not_null())
+        .filter((concept_is("first_careunit", slots["first_careunit"])) & pl.col("hadm_id").is_not_null())
         .select("hadm_id")
         .unique()
     )

@@ -2,10 +2,12 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
     stays = tables["icustays"].filter(
-        (pl.col("first_careunit") == slots["first_careunit"])
+        (concept_is("first_careunit", slots["first_careunit"]))
         & pl.col("intime").is_not_null()
         & pl.col("outtime").is_not_null()
     ).collect()

@@ -2,10 +2,12 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
     adm = tables["admissions"].filter(
-        (pl.col("admission_type") == slots["admission_type"]) & pl.col("hospital_expire_flag").is_not_null()
+        (concept_is("admission_type", slots["admission_type"])) & pl.col("hospital_expire_flag").is_not_null()
     ).collect()
     died = {}
     for row in adm.iter_rows(named=True):

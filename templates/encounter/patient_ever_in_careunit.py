@@ -2,10 +2,12 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_key
+
 
 def gold(tables, slots):
     rows = tables["transfers"].filter(pl.col("subject_id") == slots["subject_id"]).collect()
     if rows.height == 0:
         return pl.DataFrame({"value": []}, schema={"value": pl.Boolean})
-    units = [u for u in rows["careunit"].to_list() if u is not None]
-    return pl.DataFrame({"value": [slots["careunit"] in units]})
+    units = [concept_key(u) for u in rows["careunit"].to_list() if u is not None]
+    return pl.DataFrame({"value": [concept_key(slots["careunit"]) in units]})

@@ -2,10 +2,12 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
     adm = tables["admissions"].filter(
-        (pl.col("admission_type") == slots["admission_type"]) & pl.col("discharge_location").is_not_null()
+        (concept_is("admission_type", slots["admission_type"])) & pl.col("discharge_location").is_not_null()
     ).collect()
     by_location = {}
     for row in adm.iter_rows(named=True):

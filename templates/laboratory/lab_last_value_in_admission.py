@@ -2,9 +2,11 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
-    items = tables["d_labitems"].filter(pl.col("label") == slots["lab_label"]).select("itemid")
+    items = tables["d_labitems"].filter(concept_is("label", slots["lab_label"])).select("itemid")
     events = tables["labevents"].filter(
         (pl.col("subject_id") == slots["subject_id"])
         & (pl.col("hadm_id") == slots["hadm_id"])

@@ -4,11 +4,13 @@ import datetime as dt
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
     start = dt.datetime.combine(slots["window_start"], dt.time())
     stop = dt.datetime.combine(slots["window_end"], dt.time()) + dt.timedelta(days=1)
-    items = tables["d_labitems"].filter(pl.col("label") == slots["lab_label"]).select("itemid")
+    items = tables["d_labitems"].filter(concept_is("label", slots["lab_label"])).select("itemid")
     events = tables["labevents"].filter(
         (pl.col("subject_id") == slots["subject_id"])
         & pl.col("valuenum").is_not_null()

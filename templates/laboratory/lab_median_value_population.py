@@ -2,10 +2,12 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
     items = tables["d_labitems"].filter(
-        (pl.col("label") == slots["lab_label"]) & (pl.col("fluid") == slots["fluid"])
+        (concept_is("label", slots["lab_label"])) & (pl.col("fluid") == slots["fluid"])
     ).select("itemid")
     values = tables["labevents"].filter(pl.col("valuenum").is_not_null()).join(items, on="itemid").collect()
     if values.height == 0:

@@ -1,14 +1,16 @@
-"""Gold Python: earliest eMAR 'Administered' event of a medication in one admission (ties broken by emar_id)."""
+"""Gold Python: earliest eMAR administration event of a medication in one admission (ties broken by emar_id)."""
 
 import polars as pl
+
+from pipeline.concepts import administered_expr, concept_is
 
 
 def gold(tables, slots):
     given = tables["emar"].filter(
         (pl.col("subject_id") == slots["subject_id"])
         & (pl.col("hadm_id") == slots["hadm_id"])
-        & (pl.col("medication") == slots["medication"])
-        & (pl.col("event_txt") == "Administered")
+        & (concept_is("medication", slots["medication"]))
+        & administered_expr("event_txt")
         & pl.col("charttime").is_not_null()
     )
     first = given.sort(["charttime", "emar_id"]).head(1)

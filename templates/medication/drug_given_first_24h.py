@@ -4,6 +4,8 @@ import datetime as dt
 
 import polars as pl
 
+from pipeline.concepts import administered_expr, concept_is
+
 
 def gold(tables, slots):
     adm = tables["admissions"].filter(
@@ -12,8 +14,8 @@ def gold(tables, slots):
     given = tables["emar"].filter(
         (pl.col("subject_id") == slots["subject_id"])
         & (pl.col("hadm_id") == slots["hadm_id"])
-        & (pl.col("medication") == slots["medication"])
-        & (pl.col("event_txt") == "Administered")
+        & (concept_is("medication", slots["medication"]))
+        & administered_expr("event_txt")
         & pl.col("charttime").is_not_null()
     ).collect()
     if adm.height != 1 or given.height == 0:

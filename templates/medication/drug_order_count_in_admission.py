@@ -2,12 +2,14 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
     orders = tables["prescriptions"].filter(
         (pl.col("subject_id") == slots["subject_id"])
         & (pl.col("hadm_id") == slots["hadm_id"])
-        & (pl.col("drug") == slots["drug"])
+        & (concept_is("drug", slots["drug"]))
     ).collect()
     if orders.height == 0:
         return pl.DataFrame({"value": []}, schema={"value": pl.Int64})

@@ -2,12 +2,14 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 NUMERIC = r"^[0-9]+(\.[0-9]+)?$"
 
 
 def gold(tables, slots):
     rx = tables["prescriptions"].filter(
-        (pl.col("drug") == slots["drug"])
+        (concept_is("drug", slots["drug"]))
         & (pl.col("dose_unit_rx") == slots["dose_unit"])
         & pl.col("dose_val_rx").fill_null("").str.contains(NUMERIC)
     ).collect()

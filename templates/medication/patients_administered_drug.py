@@ -1,11 +1,13 @@
-"""Gold Python: distinct patients with an eMAR 'Administered' event of a medication."""
+"""Gold Python: distinct patients with an eMAR administration event of a medication."""
 
 import polars as pl
+
+from pipeline.concepts import administered_expr, concept_is
 
 
 def gold(tables, slots):
     given = tables["emar"].filter(
-        (pl.col("medication") == slots["medication"]) & (pl.col("event_txt") == "Administered")
+        (concept_is("medication", slots["medication"])) & administered_expr("event_txt")
     ).collect()
     if given.height == 0:
         return pl.DataFrame({"value": []}, schema={"value": pl.Int64})

@@ -2,10 +2,12 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
     rx = tables["prescriptions"].filter(
-        (pl.col("drug") == slots["drug"]) & pl.col("route").is_not_null()
+        (concept_is("drug", slots["drug"])) & pl.col("route").is_not_null()
     ).collect()
     if rx.height == 0:
         return pl.DataFrame({"value": []}, schema={"value": pl.Float64})

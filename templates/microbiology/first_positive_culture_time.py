@@ -2,12 +2,14 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
     micro = tables["microbiologyevents"].filter(
         (pl.col("subject_id") == slots["subject_id"])
         & (pl.col("hadm_id") == slots["hadm_id"])
-        & (pl.col("spec_type_desc") == slots["specimen"])
+        & (concept_is("spec_type_desc", slots["specimen"]))
         & pl.col("org_name").is_not_null()
         & (pl.col("org_name") != "CANCELLED")
         & pl.col("charttime").is_not_null()

@@ -2,13 +2,15 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
     tests = tables["microbiologyevents"].filter(
         (pl.col("subject_id") == slots["subject_id"])
         & (pl.col("hadm_id") == slots["hadm_id"])
-        & (pl.col("org_name") == slots["organism"])
-        & (pl.col("ab_name") == slots["antibiotic"])
+        & (concept_is("org_name", slots["organism"]))
+        & (concept_is("ab_name", slots["antibiotic"]))
         & pl.col("interpretation").is_not_null()
     ).collect()
     if tests.height == 0:

@@ -2,12 +2,14 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
     micro = tables["microbiologyevents"].filter(
         (pl.col("subject_id") == slots["subject_id"])
         & (pl.col("hadm_id") == slots["hadm_id"])
-        & (pl.col("spec_type_desc") == slots["specimen"])
+        & (concept_is("spec_type_desc", slots["specimen"]))
         & pl.col("micro_specimen_id").is_not_null()
     ).collect()
     if micro.height == 0:

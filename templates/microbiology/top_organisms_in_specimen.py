@@ -2,10 +2,12 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
     micro = tables["microbiologyevents"].filter(
-        (pl.col("spec_type_desc") == slots["specimen"])
+        (concept_is("spec_type_desc", slots["specimen"]))
         & pl.col("org_name").is_not_null()
         & (pl.col("org_name") != "CANCELLED")
     )

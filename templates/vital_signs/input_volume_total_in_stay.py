@@ -2,10 +2,12 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
     items = tables["d_items"].filter(
-        (pl.col("linksto") == "inputevents") & (pl.col("label") == slots["input_label"])
+        (pl.col("linksto") == "inputevents") & (concept_is("label", slots["input_label"]))
     ).select("itemid")
     given = tables["inputevents"].filter(
         (pl.col("subject_id") == slots["subject_id"])

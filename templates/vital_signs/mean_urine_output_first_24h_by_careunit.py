@@ -4,6 +4,8 @@ import datetime as dt
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 URINE_ITEMS = [
     "Foley", "Void", "Condom Cath", "Straight Cath", "Suprapubic", "Ileoconduit",
     "R Nephrostomy", "L Nephrostomy", "R Ureteral Stent", "L Ureteral Stent", "OR Urine",
@@ -11,7 +13,7 @@ URINE_ITEMS = [
 
 
 def gold(tables, slots):
-    stays = tables["icustays"].filter(pl.col("first_careunit") == slots["careunit"]).select(
+    stays = tables["icustays"].filter(concept_is("first_careunit", slots["careunit"])).select(
         "subject_id", "stay_id", "intime"
     )
     items = tables["d_items"].filter(

@@ -2,10 +2,12 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
     items = tables["d_items"].filter(
-        (pl.col("label") == slots["item_label"]) & (pl.col("linksto") == "chartevents")
+        (concept_is("label", slots["item_label"])) & (pl.col("linksto") == "chartevents")
     ).select("itemid").collect()
     if items.height == 0:
         return pl.DataFrame(schema={"value": pl.Int64})

@@ -2,9 +2,11 @@
 
 import polars as pl
 
+from pipeline.concepts import concept_is
+
 
 def gold(tables, slots):
-    items = tables["d_items"].filter(pl.col("label") == slots["item_label"]).select("itemid")
+    items = tables["d_items"].filter(concept_is("label", slots["item_label"])).select("itemid")
     charted = tables["chartevents"].filter(
         (pl.col("subject_id") == slots["subject_id"])
         & (pl.col("stay_id") == slots["stay_id"])

@@ -1,23 +1,32 @@
 """false_premise (query level): the question presupposes an event the patient never had; abstain.
 
-The concept slot (one with a `vocabulary`) takes a value that other records hold but this patient's
-admission / stay does not; values the same patient has in another encounter come first (a careless reader
-may answer from there). A template without a concept slot swaps its admission for another admission of the
-same patient in which the asked event never happened. Either way the gold program must find nothing.
+The concept slot (one with a `vocabulary`) takes a concept that other records hold but this patient's
+admission / stay does not; concepts the same patient has in another encounter come first (a careless reader
+may answer from there). Concepts are compared as concepts (pipeline/concepts.py): a candidate is used only
+when no table recording that kind of concept (`concept_records` in pipeline/concepts.yaml: for a drug its
+prescriptions, pharmacy and eMAR rows) names it, in any spelling, for the encounter. A template without a
+concept slot swaps its admission for another admission of the same patient in which the asked event never
+happened. Either way the gold program must find nothing.
 """
 
 from __future__ import annotations
 
+from pipeline.concepts import concept_key, concept_records, concept_sql, display_value
+from pipeline.db import scalar
 from pipeline.noise.base import NoiseSubtype, Rejected, register
 from pipeline.noise.slot_swap import ENTITY_SLOTS, concept_slots, gold_finds_nothing, swapped_twin, vocabulary
+from pipeline.source.schema import load_schema
+from pipeline.templates.render import render_sampler
 
-MAX_TRIES = 8  # candidate values tried (each costs one gold query)
+MAX_TRIES = 8  # candidate values tried with the gold program (each costs one gold query)
+MAX_CANDIDATES = 40  # candidate values looked up in the record tables (one cheap indexed query each)
 
 
 @register
 class FalsePremise(NoiseSubtype):
     name = "false_premise"
     level = "query"
+    version = 2  # 2: concepts compared as concepts; the premise is false in every table recording the concept
     requires = "a patient-level template with a concept slot (one with a vocabulary) or both subject_id and hadm_id"
 
     def applies(self, template):
@@ -27,28 +36,72 @@ class FalsePremise(NoiseSubtype):
 
     def make(self, con, task, template, rng):
         concepts = concept_slots(template)
-        slot = concepts[int(rng.integers(len(concepts)))] if concepts else "hadm_id"
-        candidates = _concept_candidates(con, task, template, slot, rng) if concepts else _other_admissions(con, task)
-        for value in candidates[:MAX_TRIES]:
-            if gold_finds_nothing(con, template, task, {slot: value}):
-                table, column = vocabulary(template, slot) if concepts else ("admissions", "hadm_id")
-                return swapped_twin(template, task, {slot: value}, {"table": table, "filter": {column: value}})
-        raise Rejected("gold_answers_every_candidate" if candidates else "no_candidate_value")
+        if not concepts:
+            return _swap(con, task, template, "hadm_id", _other_admissions(con, task), ("admissions", "hadm_id"))
+        slot = concepts[int(rng.integers(len(concepts)))]
+        source = template.spec.slots[slot].vocabulary
+        if not concept_records(source):
+            raise Rejected("no_declared_concept_records")
+        candidates = _concept_candidates(con, task, template, slot, rng)[:MAX_CANDIDATES]
+        false_everywhere = [v for v in candidates if recorded_in(con, task, source, v) is None]
+        if candidates and not false_everywhere:
+            raise Rejected("premise_recorded_for_encounter")
+        return _swap(con, task, template, slot, false_everywhere, vocabulary(template, slot))
+
+
+def _swap(con, task, template, slot, candidates, inspected):
+    """The twin for the first candidate the gold program answers nothing for."""
+    for value in candidates[:MAX_TRIES]:
+        if gold_finds_nothing(con, template, task, {slot: value}):
+            table, column = inspected
+            return swapped_twin(template, task, {slot: value}, {"table": table, "filter": {column: value}})
+    raise Rejected("gold_answers_every_candidate" if candidates else "no_candidate_value")
+
+
+def recorded_in(con, task, source: str, value) -> str | None:
+    """The first table (concept_records of the `source` vocabulary) naming the concept `value`, in any spelling,
+    for the task's encounter (its subject_id, hadm_id and stay_id where the table has them); None if none."""
+    schema = load_schema()
+    for record in concept_records(source):
+        table = record["table"]
+        entity = [s for s in ENTITY_SLOTS if s in task.slots and s in schema[table].column_names]
+        where = " AND ".join([f"t.{s} = ?" for s in entity] + [f"{concept_sql(_name_column(record))} = ?"])
+        join = f" JOIN {record['via']} d USING ({', '.join(record['keys'])})" if "via" in record else ""
+        params = [task.slots[s] for s in entity] + [concept_key(value)]
+        if scalar(con, f"SELECT EXISTS (SELECT 1 FROM {table} t{join} WHERE {where})", params):
+            return table
+    return None
+
+
+def _name_column(record: dict) -> str:
+    return f"d.{record['column']}" if "via" in record else f"t.{record['column']}"
 
 
 def _concept_candidates(con, task, template, slot, rng) -> list:
-    """Sampler values of `slot` absent for this task's entity: the patient's own (other encounters) first."""
+    """Concepts of `slot` in the sampler, in display form, absent for this task's entity: the patient's own
+    (other encounters) first, each group shuffled."""
     entity = [s for s in ENTITY_SLOTS if s in task.slots]
-    sampler = f"({template.spec.sampler}) s"
-    patient = con.sql(f"SELECT DISTINCT {', '.join(entity)}, {slot} AS v FROM {sampler} WHERE subject_id = ? ORDER BY ALL",
-                      params=[task.slots["subject_id"]]).pl()
-    mine = set(patient.filter(*(patient[s] == task.slots[s] for s in entity))["v"].to_list())
-    same_patient = sorted(set(patient["v"].drop_nulls().to_list()) - mine)
-    everyone = [r[0] for r in con.execute(f"SELECT DISTINCT {slot} FROM {sampler} WHERE {slot} IS NOT NULL ORDER BY 1").fetchall()]
-    others = sorted(set(everyone) - mine - set(same_patient))
+    source = template.spec.slots[slot].vocabulary
+    sampler = f"({render_sampler(template.spec.sampler)}) s"
+    patient = con.sql(f"SELECT DISTINCT {', '.join(entity)}, {slot} AS v FROM {sampler} WHERE subject_id = ?"
+                      " ORDER BY ALL", params=[task.slots["subject_id"]]).pl()
+    mine = {concept_key(v) for v in patient.filter(*(patient[s] == task.slots[s] for s in entity))["v"].to_list()}
+    mine.add(concept_key(task.slots[slot]))
+    same_patient = _one_per_concept(patient["v"].drop_nulls().to_list(), source, mine)
+    everyone = [r[0] for r in con.execute(f"SELECT DISTINCT {slot} FROM {sampler} WHERE {slot} IS NOT NULL"
+                                          " ORDER BY 1").fetchall()]
+    others = _one_per_concept(everyone, source, mine | {concept_key(v) for v in same_patient})
     rng.shuffle(same_patient)
     rng.shuffle(others)
     return same_patient + others
+
+
+def _one_per_concept(values: list, source: str, exclude: set) -> list:
+    """The values' concepts, sorted, each once, in display form, leaving out the `exclude` keys."""
+    kept: dict = {}
+    for value in sorted(values):
+        kept.setdefault(concept_key(value), display_value(source, value))
+    return [shown for key, shown in kept.items() if key not in exclude]
 
 
 def _other_admissions(con, task) -> list:

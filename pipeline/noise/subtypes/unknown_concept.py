@@ -2,7 +2,8 @@
 
 The concept slot's value is changed by one deterministic typo-like edit (two letters swapped, one dropped or
 doubled) until the name is absent from every dictionary column (concept_dictionaries.yaml), so a careless
-reader may match it to the real concept. Patient and population scope alike: the concept itself is gone,
+reader may match it to the real concept. Names are compared as concepts (pipeline/concepts.py), in every
+dictionary and in the slot's own vocabulary. Patient and population scope alike: the concept itself is gone,
 so the careful reader, who looks the name up, abstains (even where the gold program would count 0).
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from pipeline.concepts import concept_key, concept_sql
 from pipeline.db import scalar
 from pipeline.noise.base import NoiseSubtype, Rejected, register
 from pipeline.noise.slot_swap import concept_slots, swapped_twin, vocabulary
@@ -31,8 +33,10 @@ def dictionary_columns() -> tuple[tuple[str, str], ...]:
     return tuple((t, c) for t, c in pairs if t in schema and c in schema[t].column_names)
 
 
-def in_any_dictionary(con, name: str) -> bool:
-    return any(scalar(con, f"SELECT count(*) FROM {t} WHERE lower({c}) = lower(?)", [name]) for t, c in dictionary_columns())
+def in_any_dictionary(con, name: str, also: tuple[tuple[str, str], ...] = ()) -> bool:
+    """Some dictionary (or a column in `also`) names the concept, in any spelling (pipeline/concepts.py)."""
+    return any(scalar(con, f"SELECT EXISTS (SELECT 1 FROM {t} WHERE {concept_sql(c)} = ?)", [concept_key(name)])
+               for t, c in (*dictionary_columns(), *also))
 
 
 def misspell(name: str, rng) -> str:
@@ -58,6 +62,7 @@ def misspell(name: str, rng) -> str:
 class UnknownConcept(NoiseSubtype):
     name = "unknown_concept"
     level = "query"
+    version = 2  # 2: a made-up name is no case, spacing or tall-man variant of any dictionary name
     requires = "a concept slot (a text slot with a vocabulary: table.column)"
 
     def applies(self, template):
@@ -66,11 +71,11 @@ class UnknownConcept(NoiseSubtype):
     def make(self, con, task, template, rng):
         slots = concept_slots(template)
         slot = slots[int(rng.integers(len(slots)))]
-        clean = str(task.slots[slot])
+        clean, (table, column) = str(task.slots[slot]), vocabulary(template, slot)
         for _ in range(MAX_TRIES):
             candidate = misspell(clean, rng)
-            if candidate.lower() != clean.lower() and not in_any_dictionary(con, candidate):
-                table, column = vocabulary(template, slot)
+            known = in_any_dictionary(con, candidate, also=((table, column),))
+            if concept_key(candidate) != concept_key(clean) and not known:
                 return swapped_twin(template, task, {slot: candidate}, {"table": table, "filter": {column: candidate}},
                                     guard=(table, column, candidate))
         raise Rejected("no_unknown_spelling")
