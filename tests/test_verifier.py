@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.env.records import QueryRecord, ToolCall, ToolResult, Trajectory
-from pipeline.env.verifier import Verdict, normal_unit, registry_template, required_pins, template_of, verify
+from pipeline.env.verifier import Verdict, convert_unit, normal_unit, registry_template, required_pins, template_of, verify
 from pipeline.release.records import LabelRecord
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.registry import load_templates
@@ -45,8 +45,8 @@ def test_number_within_tolerance_with_unit_and_records_matches():
 
 @pytest.mark.parametrize(("got", "reason"), [
     (AnswerValue(value=25.1, unit="mg/dL", records=LAST_LAB.records), "value 25.1 does not match expected 25.0"),
-    (AnswerValue(value=25.0, unit="mmol/L", records=LAST_LAB.records), "unit 'mmol/L' does not match expected 'mg/dL'"),
-    (AnswerValue(value=25.0, unit=None, records=LAST_LAB.records), "unit None does not match expected 'mg/dL'"),
+    (AnswerValue(value=25.0, unit="mmol/L", records=LAST_LAB.records), "unit 'mmol/L' cannot be converted to 'mg/dL'"),
+    (AnswerValue(value=2.5, unit="g/L", records=LAST_LAB.records), "value 2.5 g/L (= 250 mg/dL) does not match"),
     (AnswerValue(value=25.0, unit="mg/dL", records={"itemid": 51006}), "record 'charttime' missing"),
     (AnswerValue(value=25.0, unit="mg/dL", records={"charttime": "2111-11-15 09:41:00", "itemid": 51006}),
      "record 'charttime' is '2111-11-15 09:41:00'"),
@@ -72,6 +72,39 @@ def test_units_are_normalised_through_the_alias_table():
     assert normal_unit("hrs") == normal_unit("hours")
     assert normal_unit("mg/dL") != normal_unit("mmol/L")
     assert normal_unit("  ") is None
+
+
+@pytest.mark.parametrize(("given", "unit"), [
+    (25.0, None), (25.0, ""),  # no unit: the task's answer format states mg/dL
+    (0.25, "g/L"), (250.0, "mg/L"), (0.025, "g/dL"),  # the same mass concentration, converted
+])
+def test_a_number_without_a_unit_or_in_a_convertible_unit_matches(given, unit):
+    got = AnswerValue(value=given, unit=unit, records=LAST_LAB.records)
+    assert verify(label("lab_last_value_in_admission", LAST_LAB), trajectory(got)).passed
+
+
+@pytest.mark.parametrize(("value", "unit", "target", "expected"), [
+    (98.6, "°F", "°C", 37.0), (37.0, "celsius", "degF", 98.6), (143.28, "hours", "days", 5.97),
+    (2, "g", "mg", 2000.0), (150, "lbs", "kg", 68.0388555), (1, "L", "mL", 1000.0), (90, "min", "h", 1.5),
+    (10, "in", "cm", 25.4), (500, "mcg", "mg", 0.5),
+])
+def test_unit_conversions_stay_in_one_dimension(value, unit, target, expected):
+    assert convert_unit(value, unit, target) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("value", "unit", "target"), [
+    (1, "mmol/L", "mg/dL"), (1, "kg", "L"), (1, "h", "°C"), ("high", "g", "mg"), (1, "furlong", "cm"),
+])
+def test_units_of_other_dimensions_or_unknown_do_not_convert(value, unit, target):
+    assert convert_unit(value, unit, target) is None
+
+
+def test_converted_days_meet_the_template_tolerance():
+    expected = AnswerValue(value=5.97, unit="days")  # mean_icu_los_by_first_careunit: tolerance 0.015
+    los = label("mean_icu_los_by_first_careunit", expected, scope="population")
+    assert verify(los, trajectory(AnswerValue(value=143.3, unit="hours"))).passed  # 5.9708 days
+    verdict = verify(los, trajectory(AnswerValue(value=150, unit="h")))
+    assert verdict.reasons[0].startswith("value 150 h (= 6.25 days) does not match expected 5.97")
 
 
 def test_ordered_list_needs_the_order_and_unordered_list_does_not():

@@ -66,7 +66,8 @@ class EHRRobustGymEnv(gym.Env):
 
         trajectory = self.episode.trajectory(agent="gym")
         label = self.release.label(self.episode.task.task_id)
-        return float(verify(label, trajectory, template=self.release.template(label)).passed)
+        with self.release.source_cursor() as source:
+            return float(verify(label, trajectory, template=self.release.template(label), source=source).passed)
 
     def close(self) -> None:
         if self.episode is not None:

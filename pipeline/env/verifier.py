@@ -1,13 +1,17 @@
 """The deterministic verifier: Answer Match and Abstention Validity of one episode's trajectory against its label.
 
 Answer Match compares the final answer with the label's expected answer under the template's Answer spec
-(numbers within the tolerance, units normalised through `unit_aliases.yaml`, lists as multisets unless
-ordered, the associated records with datetimes and numbers normalised). A repair contract is matched against
-its repaired expected value. Abstention Validity holds for an expected NULL when the answer is NULL and a
-successful gateway statement (via `sql` or `python`) read the label's inspect table with a predicate pinning
-each inspect filter column to its value (`col = v`, `v = col`, `col IN (.., v, ..)`, qualified or not).
-"""
+(numbers within the tolerance, lists as multisets unless ordered, the associated records with datetimes and
+numbers normalised). Units are normalised through `unit_aliases.yaml`; a number given without a unit takes the
+expected unit (the task's answer format states it), and one given in another unit of the same dimension is
+converted through `unit_conversions.yaml` before the tolerance applies. A repair contract is matched against its
+repaired expected value.
 
+Abstention Validity holds for an expected NULL when the answer is NULL and a successful gateway statement (via
+`sql` or `python`) covered the evidence on the clean source (`pipeline.env.abstention`: its predicates on a table
+holding the evidence hold for an evidence row, a dictionary entry of one, or the looked-up entity). Without a
+source connection the rule of version 1 applies: a statement pinning each inspect filter column to its value.
+"""
 from __future__ import annotations
 
 import datetime as dt
@@ -19,11 +23,13 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import duckdb
 import sqlglot
 import yaml
 from pydantic import BaseModel, ConfigDict
 from sqlglot import expressions as exp
 
+from pipeline.env.abstention import coverage
 from pipeline.env.records import Trajectory
 from pipeline.release.records import LabelRecord
 from pipeline.source.schema import load_schema
@@ -31,6 +37,7 @@ from pipeline.templates.answers import AnswerValue
 from pipeline.templates.registry import load_templates
 from pipeline.templates.spec import Answer, AnswerType, Template
 
+RULE_VERSION = 2  # 2: abstention validity from evidence coverage; unit-free and converted-unit numbers match
 _NUMBER_EPSILON = 1e-9  # floating-point slack on top of the template's tolerance
 _RECORD_TOLERANCE = 1e-6
 
@@ -45,8 +52,11 @@ class Verdict(BaseModel):
     reasons: list[str] = []
 
 
-def verify(label: LabelRecord, trajectory: Trajectory, template: Template | None = None) -> Verdict:
-    """Score a trajectory against its label; `template` defaults to the registry's template of the label."""
+def verify(label: LabelRecord, trajectory: Trajectory, template: Template | None = None,
+           source: duckdb.DuckDBPyConnection | None = None) -> Verdict:
+    """Score a trajectory against its label; `template` defaults to the registry's template of the label.
+    `source` (the clean source database, read by the verifier only) decides abstention validity by evidence
+    coverage; without it the equality-pin rule of version 1 applies."""
     if trajectory.task_id != label.task_id:
         raise ValueError(f"trajectory of task {trajectory.task_id!r} cannot be verified against the label of "
                          f"task {label.task_id!r}")
@@ -57,19 +67,30 @@ def verify(label: LabelRecord, trajectory: Trajectory, template: Template | None
         return Verdict(passed=False, answer_match=False, abstention_valid=None,
                        reasons=[f"no answer: {why} without an answer call"])
     if label.expected.value is None:
-        return _verify_abstention(label, trajectory, template)
+        return _verify_abstention(label, trajectory, template, source)
     reasons = answer_mismatches(label.expected, answer, template.spec.answer)
-    return Verdict(passed=not reasons, answer_match=not reasons, abstention_valid=None, reasons=reasons)
+    covered = None
+    if answer.value is None and source is not None:  # a wrong abstention: say whether it looked at the evidence
+        found = coverage(label, trajectory, template, source)
+        covered = found.covered
+        reasons.append(("the trace covered the evidence: " if covered else "the trace did not cover the evidence: ")
+                       + found.detail)
+    return Verdict(passed=not reasons, answer_match=not reasons, abstention_valid=covered, reasons=reasons)
 
 
-def _verify_abstention(label: LabelRecord, trajectory: Trajectory, template: Template) -> Verdict:
+def _verify_abstention(label: LabelRecord, trajectory: Trajectory, template: Template,
+                       source: duckdb.DuckDBPyConnection | None) -> Verdict:
     answered = trajectory.answer.value
     reasons = [] if answered is None else [
         f"expected NULL ({label.contract}: the record does not support an answer), got {answered!r}"]
-    if label.inspect is None:
+    if source is not None:
+        found = coverage(label, trajectory, template, source)
+        missing = None if found.covered else f"abstention not supported by the trace: {found.detail}"
+    elif label.inspect is None:
         return Verdict(passed=not reasons, answer_match=not reasons, abstention_valid=None,
                        reasons=reasons + ["label has no inspect target: abstention validity not checked"])
-    missing = uninspected(label.inspect, trajectory, template)
+    else:
+        missing = uninspected(label.inspect, trajectory, template)
     if missing:
         reasons.append(missing)
     return Verdict(passed=not reasons, answer_match=answered is None, abstention_valid=not missing, reasons=reasons)
@@ -104,17 +125,48 @@ def answer_mismatches(expected: AnswerValue, got: AnswerValue, spec: Answer) -> 
     """What differs between the expected and the given answer (empty: they match)."""
     if got.value is None:
         return [f"answered NULL, but the record supports an answer: expected {expected.value!r}"]
-    reasons = []
-    if not _values_match(expected.value, got.value, spec):
-        reasons.append(f"value {got.value!r} does not match expected {expected.value!r}" + _tolerance_note(spec))
-    if expected.unit is not None and normal_unit(got.unit) != normal_unit(expected.unit):
-        reasons.append(f"unit {got.unit!r} does not match expected {expected.unit!r}")
+    value, unit_problem = in_expected_unit(expected.unit, got, spec)
+    reasons = [unit_problem] if unit_problem else []
+    if not unit_problem and not _values_match(expected.value, value, spec):
+        shown = f"{got.value!r}" if value is got.value else f"{got.value!r} {got.unit} (= {value:g} {expected.unit})"
+        reasons.append(f"value {shown} does not match expected {expected.value!r}" + _tolerance_note(spec))
     for column, value in sorted(expected.records.items()):
         if column not in got.records:
             reasons.append(f"record {column!r} missing: expected {value!r}")
         elif not _same_scalar(value, got.records[column], _RECORD_TOLERANCE):
             reasons.append(f"record {column!r} is {got.records[column]!r}, expected {value!r}")
     return reasons
+
+
+def in_expected_unit(unit: str | None, got: AnswerValue, spec: Answer) -> tuple[Any, str | None]:
+    """The given value in the expected `unit`, or why it cannot be. No given unit takes the expected one (the
+    task's answer format states it); a number in another unit of the same dimension is converted."""
+    if unit is None or normal_unit(got.unit) is None or normal_unit(got.unit) == normal_unit(unit):
+        return got.value, None
+    if spec.type is not AnswerType.number:
+        return got.value, f"unit {got.unit!r} does not match expected {unit!r}"
+    converted = convert_unit(got.value, got.unit, unit)
+    if converted is None:
+        return got.value, f"unit {got.unit!r} cannot be converted to {unit!r}"
+    return converted, None
+
+
+def convert_unit(value: Any, unit: str, target: str) -> float | None:
+    """`value` in `unit` expressed in `target` (unit_conversions.yaml); None: not a number, or not one dimension."""
+    number, table = _as_number(value), _unit_conversions()
+    source, goal = table.get(normal_unit(unit)), table.get(normal_unit(target))
+    if number is None or source is None or goal is None or source[0] != goal[0]:
+        return None
+    base = number * source[1] + source[2]
+    return (base - goal[2]) / goal[1]
+
+
+@cache
+def _unit_conversions() -> dict[str, tuple[str, float, float]]:
+    """Canonical unit -> (dimension, scale, offset) from unit_conversions.yaml."""
+    raw = yaml.safe_load(resources.files("pipeline.env").joinpath("unit_conversions.yaml").read_text())
+    return {normal_unit(unit): (dimension, float(size["scale"]), float(size.get("offset", 0.0)))
+            for dimension, units in raw.items() for unit, size in units.items()}
 
 
 def _tolerance_note(spec: Answer) -> str:

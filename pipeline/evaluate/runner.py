@@ -71,7 +71,9 @@ def run_trial(release, agent, task_id: str, trial: int, seed: int, max_turns: in
         episode.close()
     label = release.label(task_id)
     template = release.template(label)  # the release's own template: scoring survives template bumps
-    return trajectory, episode_result(label, trajectory, verify(label, trajectory, template=template), error)
+    with release.source_cursor() as source:  # the clean source: abstention validity from evidence coverage
+        verdict = verify(label, trajectory, template=template, source=source)
+    return trajectory, episode_result(label, trajectory, verdict, error)
 
 
 def run_task(release, agent, task_id: str, config: EvalConfig) -> TaskRun:

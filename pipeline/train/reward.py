@@ -25,14 +25,15 @@ class Reward(BaseModel):
     reasons: list[str] = []
 
 
-def reward(label: LabelRecord, trajectory: Trajectory, template: Template | None = None) -> Reward:
+def reward(label: LabelRecord, trajectory: Trajectory, template: Template | None = None, source=None) -> Reward:
     """verify(label, trajectory, template) as a reward; the label must be the trajectory's task's. `template`
-    defaults to the registry's (a release's own is `release.template(label)`: see release_reward)."""
+    defaults to the registry's (a release's own is `release.template(label)`: see release_reward); `source`, the
+    clean source database, decides abstention validity by evidence coverage (None: the version-1 pin rule)."""
     from pipeline.env.verifier import verify
 
     if label.task_id != trajectory.task_id:
         raise ValueError(f"label of task {label.task_id} given for a trajectory of task {trajectory.task_id}")
-    verdict = verify(label, trajectory, template=template)
+    verdict = verify(label, trajectory, template=template, source=source)
     return Reward(task_id=label.task_id, value=1.0 if verdict.passed else 0.0, passed=verdict.passed,
                   answer_match=verdict.answer_match, abstention_valid=verdict.abstention_valid, reasons=list(verdict.reasons))
 
@@ -40,4 +41,5 @@ def reward(label: LabelRecord, trajectory: Trajectory, template: Template | None
 def release_reward(release, trajectory: Trajectory) -> Reward:
     """The reward of a trajectory of one of the release's tasks (server side: the label never reaches the agent)."""
     label = release.label(trajectory.task_id)
-    return reward(label, trajectory, release.template(label))
+    with release.source_cursor() as source:  # the clean source: abstention validity from evidence coverage
+        return reward(label, trajectory, release.template(label), source)
