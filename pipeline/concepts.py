@@ -29,6 +29,8 @@ from typing import Any
 import polars as pl
 import yaml
 
+from pipeline.db import scalar
+
 DECLARATIONS = Path(__file__).with_name("concepts.yaml")
 # A tall-man word mixes one run of two or more capitals with runs of small letters (hydrOXYzine, NIFEdipine,
 # OxyconTIN); short units and abbreviations (mL, pH, IgG) are not tall-man and keep their case.
@@ -120,3 +122,17 @@ def administered_sql(expression: str = "event_txt") -> str:
 def concept_records(vocabulary: str) -> list[dict[str, Any]]:
     """Every table recording the concepts of a vocabulary for an encounter (empty when none is declared)."""
     return list(declarations()["concept_records"].get(vocabulary, []))
+
+
+_COLUMN_KEYS: dict[tuple[str, str, str], frozenset[str]] = {}
+
+
+def column_keys(con, table: str, column: str) -> frozenset[str]:
+    """The concept keys a column of the source names (distinct values keyed in Python, once per database file,
+    table and column: the source is read-only, and a key per distinct name beats a regex per row per look-up)."""
+    path = scalar(con, "SELECT coalesce(path, database_name) FROM duckdb_databases() WHERE database_name = current_database()")
+    cached = _COLUMN_KEYS.get((path, table, column))
+    if cached is None:
+        names = con.execute(f'SELECT DISTINCT "{column}" FROM "{table}" WHERE "{column}" IS NOT NULL').fetchall()
+        cached = _COLUMN_KEYS[(path, table, column)] = frozenset(concept_key(name) for (name,) in names)
+    return cached

@@ -49,11 +49,12 @@ def run_agent(release, name: str, task_id: str, seed: int = 0):
 def rates(release) -> dict[str, dict[str, list[int]]]:
     """{agent: {"clean" | "noise" | "noise/<level>" | "noise/<level>/<sub-type>": [passed, total]}} over every task."""
     table: dict[str, dict[str, list[int]]] = {}
+    source = release.source_cursor()  # scored as evaluation scores: evidence-based abstention on the clean source
     for name in SCRIPTED:
         counts, started = defaultdict(lambda: [0, 0]), time.perf_counter()
         for task in release.tasks():
             label = release.label(task.task_id)
-            verdict = verify(label, run_agent(release, name, task.task_id))
+            verdict = verify(label, run_agent(release, name, task.task_id), release.template(label), source=source)
             keys = [label.condition] + ([f"noise/{label.level}", f"noise/{label.level}/{label.subtype}"]
                                         if label.condition == "noise" else [])
             for key in keys:

@@ -56,7 +56,7 @@ def test_manifest_counts_match_the_files(release: Path):
 
 def test_tasks_carry_nothing_from_labels(release: Path):
     tasks, labels = _jsonl(release / "tasks.jsonl"), _jsonl(release / "labels.jsonl")
-    assert all(set(t) == {"task_id", "question", "scope", "intent", "split"} for t in tasks)
+    assert all(set(t) == {"task_id", "question", "scope", "intent", "split", "answer_format"} for t in tasks)
     hidden = {lab["pair_id"] for lab in labels} | {lab["reference_sql"] for lab in labels}
     text = (release / "tasks.jsonl").read_text()
     assert not any(secret in text for secret in hidden)
@@ -222,7 +222,8 @@ def test_datasets_library_reads_the_release(release: Path, monkeypatch: pytest.M
                                   cache_dir=str(release.parent / ".hf-cache"))
     manifest = json.loads((release / "manifest.json").read_text())
     assert tasks["test"].num_rows + tasks["train"].num_rows == 2 * manifest["pairs"]["published"]
-    assert tasks["test"].column_names == ["task_id", "question", "scope", "intent", "split"]
+    assert tasks["test"].column_names == ["task_id", "question", "scope", "intent", "split", "answer_format"]
+    assert set(tasks["test"][0]["answer_format"]) == {"type", "unit", "ordered", "records"}
 
 
 def test_pairs_per_cell_caps_every_cell_and_is_recorded(demo_db: Path, tmp_path: Path):

@@ -67,7 +67,7 @@ def test_running_out_of_turns_is_truncation(release: Release):
 def test_server_lists_tasks_without_labels(client: TestClient, release: Release):
     reply = client.get("/tasks")
     assert reply.status_code == 200 and [t["task_id"] for t in reply.json()] == [t.task_id for t in release.tasks()]
-    assert all(set(t) == {"task_id", "question", "scope", "intent", "split"} for t in reply.json())
+    assert all(set(t) == {"task_id", "question", "scope", "intent", "split", "answer_format"} for t in reply.json())
     assert client.get("/tasks", params={"split": "nope"}).status_code == 404
     paths = {route.path for route in client.app.routes}
     assert not any("label" in path for path in paths)

@@ -58,7 +58,8 @@ def test_observation_shows_the_question_and_tools_only(release: Release):
     task = release.tasks()[0]
     with release.episode(task.task_id) as ep:
         obs = ep.observation
-    assert set(obs) == {"task_id", "question", "scope", "intent", "tables", "tools"}
+    assert set(obs) == {"task_id", "question", "scope", "intent", "answer_format", "tables", "tools"}
+    assert obs["answer_format"] == task.answer_format.model_dump(mode="json")
     assert obs["question"] == task.question and len(obs["tables"]) == 31
     assert [t["function"]["name"] for t in obs["tools"]] == ["sql", "python", "schema", "answer"] == \
         [t["function"]["name"] for t in tool_specs()]

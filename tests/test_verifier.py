@@ -53,9 +53,25 @@ def test_number_within_tolerance_with_unit_and_records_matches():
     (AnswerValue(value=None), "answered NULL, but the record supports an answer"),
 ])
 def test_number_mismatches_say_what_failed(got, reason):
-    verdict = verify(label("lab_last_value_in_admission", LAST_LAB), trajectory(got))
+    verdict = verify(label("lab_last_value_in_admission", LAST_LAB), trajectory(got), asking_when())
     assert not verdict.passed and verdict.answer_match is False
     assert any(r.startswith(reason) for r in verdict.reasons), verdict.reasons
+
+
+def asking_when():
+    """The last-lab template as if every phrasing also asked when the value was measured."""
+    template = registry_template("lab_last_value_in_admission")
+    answer = template.spec.answer.model_copy(update={"asked_records": ["charttime"]})
+    return template.model_copy(update={"spec": template.spec.model_copy(update={"answer": answer})})
+
+
+def test_record_fields_the_question_does_not_ask_for_are_not_required():
+    plain = verify(label("lab_last_value_in_admission", LAST_LAB), trajectory(AnswerValue(value=25.0)))
+    assert plain.passed, plain.reasons  # no unit, no records: the question asks for the value only
+    asked = verify(label("lab_last_value_in_admission", LAST_LAB), trajectory(AnswerValue(value=25.0)), asking_when())
+    assert asked.reasons == ["record 'charttime' missing: expected '2111-11-15 08:41:00'"]
+    wrong_itemid = AnswerValue(value=25.0, records={"charttime": "2111-11-15 08:41", "itemid": 1})
+    assert verify(label("lab_last_value_in_admission", LAST_LAB), trajectory(wrong_itemid), asking_when()).passed
 
 
 def test_tolerance_comes_from_the_template_spec():
@@ -131,7 +147,7 @@ def test_count_boolean_text_and_datetime_values():
     assert not verify(label("admission_discharge_location", home), trajectory(AnswerValue(value="HOME"))).passed
     day = AnswerValue(value="2117-03-13", records={"seq_num": 2})
     assert verify(label("procedure_first_date_in_admission", day),
-                  trajectory(AnswerValue(value="2117-03-13 00:00:00", records={"seq_num": 2.0}))).passed
+                  trajectory(AnswerValue(value="2117-03-13 00:00:00"))).passed
     assert not verify(label("procedure_first_date_in_admission", day),
                       trajectory(AnswerValue(value="2117-03-14", records={"seq_num": 2}))).passed
 

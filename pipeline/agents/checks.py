@@ -23,7 +23,8 @@ from pipeline.noise.subtypes.implausible_value import impossible_sql
 from pipeline.noise.subtypes.placeholder_value import placeholder_rule, value_columns
 from pipeline.noise.subtypes.unit_mismatch import Units, units_of, wrong_unit_rule
 from pipeline.source.schema import load_schema
-from pipeline.templates.render import sql_literal
+from pipeline.templates.lint import sample_slots
+from pipeline.templates.render import render_sql, sql_literal
 from pipeline.templates.spec import Template
 
 # The entity a slot names and the table (and key) it must exist in.
@@ -43,7 +44,7 @@ def evidence_source(template: Template) -> EvidenceSource | None:
     tables = set(re.findall(r"'(\w+)'\s+AS\s+table_name", template.evidence_sql, re.I))
     if len(tables) != 1:
         return None
-    tree = sqlglot.parse_one(template.evidence_sql.replace("{{", "'").replace("}}", "'"), dialect="duckdb")
+    tree = sqlglot.parse_one(render_sql(template.evidence_sql, sample_slots(template)), dialect="duckdb")
     select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
     keys = tuple(e.alias_or_name for e in select.expressions if e.alias_or_name != "table_name")
     return EvidenceSource(tables.pop(), keys)

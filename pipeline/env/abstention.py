@@ -35,6 +35,7 @@ from sqlglot import exp
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import traverse_scope
 
+from pipeline.db import first_row
 from pipeline.env.records import Trajectory
 from pipeline.release.records import LabelRecord
 from pipeline.source.schema import load_schema
@@ -220,8 +221,7 @@ def covers(ref: Reference, holder: Holder, keys: dict[str, frozenset[str]], labe
     where = " AND ".join(f"({c.sql(dialect='duckdb')})" for c in conjuncts) or "TRUE"
     alias = exp.to_identifier(ref.alias, quoted=True).sql(dialect="duckdb")
     try:
-        row = source.execute(f"SELECT 1 FROM ({holder.sql}) AS {alias} WHERE {where} LIMIT 1",
-                             list(holder.params)).fetchone()
+        row = first_row(source, f"SELECT 1 FROM ({holder.sql}) AS {alias} WHERE {where} LIMIT 1", list(holder.params))
     except duckdb.Error:
         return False
     return row is not None

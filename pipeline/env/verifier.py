@@ -1,8 +1,8 @@
 """The deterministic verifier: Answer Match and Abstention Validity of one episode's trajectory against its label.
 
 Answer Match compares the final answer with the label's expected answer under the template's Answer spec
-(numbers within the tolerance, lists as multisets unless ordered, the associated records with datetimes and
-numbers normalised). Units are normalised through `unit_aliases.yaml`; a number given without a unit takes the
+(numbers within the tolerance, lists as multisets unless ordered, and the record fields the question asks for,
+`answer.asked_records`, with datetimes and numbers normalised; other associated records are never required). Units are normalised through `unit_aliases.yaml`; a number given without a unit takes the
 expected unit (the task's answer format states it), and one given in another unit of the same dimension is
 converted through `unit_conversions.yaml` before the tolerance applies. A repair contract is matched against its
 repaired expected value.
@@ -130,7 +130,8 @@ def answer_mismatches(expected: AnswerValue, got: AnswerValue, spec: Answer) -> 
     if not unit_problem and not _values_match(expected.value, value, spec):
         shown = f"{got.value!r}" if value is got.value else f"{got.value!r} {got.unit} (= {value:g} {expected.unit})"
         reasons.append(f"value {shown} does not match expected {expected.value!r}" + _tolerance_note(spec))
-    for column, value in sorted(expected.records.items()):
+    for column in sorted(spec.asked_records):  # score only what is asked: labels keep the others as provenance
+        value = expected.records.get(column)
         if column not in got.records:
             reasons.append(f"record {column!r} missing: expected {value!r}")
         elif not _same_scalar(value, got.records[column], _RECORD_TOLERANCE):

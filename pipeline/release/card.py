@@ -56,7 +56,9 @@ reference Python on the clean data and on a copy-on-write overlay of the noisy d
 ## Files
 
 - `tasks.jsonl`, `tasks/{{train,test}}.parquet`: what an agent may see: `task_id`, `question`, `scope`, `intent`,
-  `split`. Clean and noisy tasks are interleaved under opaque ids; nothing tells the condition or the partner.
+  `split` and `answer_format` (answer type, the unit to give the value in, whether a list's order matters, the
+  record fields the question asks for: exactly what is scored). Clean and noisy tasks are interleaved under opaque
+  ids and the two tasks of a pair show one format; nothing tells the condition or the partner.
 - `labels.jsonl`, `labels/{{train,test}}.parquet`: hidden labels: `condition` (clean/noise), `pair_id`, `level`,
   `subtype`, `contract` (answer/abstain/repair), `expected` answer (value, unit, associated records), gold and
   reference SQL, the `evidence` keys (inline up to 1,000 rows; `evidence_sql` returns them on the source database,

@@ -115,9 +115,14 @@ def answer_problems(template: Template) -> list[str]:
             for field_name in template.spec.answer.asked_records if not asked_in(question, field_name)]
 
 
+def sample_slots(template: Template) -> dict[str, object]:
+    """A value of the right type for every slot: renders any of the template's texts for parsing."""
+    return {name: _SAMPLE_VALUES[slot.type] for name, slot in template.spec.slots.items()}
+
+
 def render_problems(template: Template) -> list[str]:
     """Render everything with sample slot values, then check the rendered SQL against the schema."""
-    slots = {name: _SAMPLE_VALUES[slot.type] for name, slot in template.spec.slots.items()}
+    slots = sample_slots(template)
     problems = sql_problems(render(template.spec.sampler, {}), "sampler")
     try:
         for question in template.spec.questions:

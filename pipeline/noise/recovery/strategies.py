@@ -85,8 +85,10 @@ def concept_variant(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, 
     if by_concept == by_bytes:
         return None
     read = lambda tree: case.naive if tree == gold else answer_of(con, case, tree)  # noqa: E731
-    concept, plain = _definite(read(by_concept)), read(by_bytes)
-    return concept if _definite(plain) is None else None  # the literal reading finds nothing, the concept one does
+    concept = _definite(read(by_concept))
+    if concept is None:  # the concept reading finds nothing either: nothing to recover (and no second query)
+        return None
+    return concept if _definite(read(by_bytes)) is None else None  # only the concept reading finds the fact
 
 
 def _quote(text: str) -> str:

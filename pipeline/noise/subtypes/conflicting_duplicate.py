@@ -9,6 +9,7 @@ distinct value); population scope repairs by leaving out every conflicting recor
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 
 import polars as pl
@@ -111,12 +112,17 @@ def conflicting_copies(con, ev: Evidence, record: Record, rows: list[dict], rng)
 class ConflictingDuplicate(NoiseSubtype):
     name = "conflicting_duplicate"
     level = "record"
-    requires = "evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads"
+    requires = ("evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads, and its "
+                "position (seq_num) where the table has one")
     version = 3  # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
     # 3: no tells: numbers at the item's precision, non-round time shifts, sex-fitting codes, ids beside the patient's
+    # (a code's second row at its position conflicts only for a question that reads the position)
 
     def applies(self, template):
-        return super().applies(template) and record_of(evidence_table_name(template), template.gold_sql) is not None
+        table = evidence_table_name(template)
+        position = duplicate_rules().get(table, {}).get("position")
+        reads_position = position is None or re.search(rf"\b{position}\b", template.gold_sql) is not None
+        return super().applies(template) and reads_position and record_of(table, template.gold_sql) is not None
 
     def make(self, con, task, template, rng):
         ev = table_evidence(con, task)

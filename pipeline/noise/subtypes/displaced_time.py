@@ -54,7 +54,8 @@ TIME_COLUMNS = {t: [s["time"], *s.get("along", []), *([s["end"]] if s.get("end")
 class DisplacedTime(NoiseSubtype):
     name = "displaced_time"
     level = "record"
-    version = 3  # 3: one end of a measured duration, 24 h lead on every table, unround offsets, siblings, qualifiers
+    version = 4  # 3: one end of a measured duration, 24 h lead on every table, unround offsets, siblings, qualifiers;
+    # 4: written-out durations (icustays.los) follow the moved ends
     requires = "evidence rows of a timed event table (displaced_time.yaml), not the encounter row itself"
 
     def applies(self, template):
@@ -71,7 +72,7 @@ class DisplacedTime(NoiseSubtype):
         count = 1 if patient else min(MAX_DISPLACED, max(1, len(inside) // 2))
         chosen = [inside[i] for i in sorted(rng.choice(len(inside), count, replace=False))]
         moving, step = moved_columns(table, task.gold_sql), granularity(con, table, time)
-        moved = [_displace(row, moving, start, lead, step, rng) for row, start in chosen]
+        moved = [_rederived(_displace(row, moving, start, lead, step, rng), timed_tables()[table]) for row, start in chosen]
         before = [r for r, _ in chosen]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=_keys(before, key_columns), add=moved)})
         patch = sibling_patch(con, table, before, moved, patch)
@@ -147,6 +148,15 @@ def _displace(row: dict, columns: list[str], start, lead: int, step: dt.timedelt
     else:
         shift = dt.timedelta(days=(start.date() - main).days - lead // 24 - int(rng.integers(1, 4)))
     return {**row, **{c: row[c] + shift for c in columns if row[c] is not None}}
+
+
+def _rederived(row: dict, spec: dict) -> dict:
+    """The row with its written-out durations (`derived`: {column: seconds per unit}) recomputed from its moved
+    ends: a stay whose intime moved does not keep its old `los` for a careful reader to recover."""
+    start, end = row[spec["time"]], row.get(spec.get("end"))
+    if start is None or end is None:
+        return row
+    return {**row, **{column: (end - start).total_seconds() / unit for column, unit in spec.get("derived", {}).items()}}
 
 
 def _reject_if_still_answered(con, task, template, table: str, hidden: list[dict]) -> None:

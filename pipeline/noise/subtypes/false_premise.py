@@ -11,12 +11,12 @@ happened. Either way the gold program must find nothing.
 
 from __future__ import annotations
 
-from pipeline.concepts import concept_key, concept_records, concept_sql, display_value
-from pipeline.db import scalar
+from pipeline.concepts import concept_key, concept_records, display_value
 from pipeline.noise.base import NoiseSubtype, Rejected, register
 from pipeline.noise.slot_swap import ENTITY_SLOTS, concept_slots, gold_finds_nothing, swapped_twin, vocabulary
 from pipeline.source.schema import load_schema
 from pipeline.templates.render import render_sampler
+from pipeline.templates.spec import AnswerType
 
 MAX_TRIES = 8  # candidate values tried with the gold program (each costs one gold query)
 MAX_CANDIDATES = 40  # candidate values looked up in the record tables (one cheap indexed query each)
@@ -26,12 +26,17 @@ MAX_CANDIDATES = 40  # candidate values looked up in the record tables (one chea
 class FalsePremise(NoiseSubtype):
     name = "false_premise"
     level = "query"
-    version = 2  # 2: concepts compared as concepts; the premise is false in every table recording the concept
-    requires = "a patient-level template with a concept slot (one with a vocabulary) or both subject_id and hadm_id"
+    version = 3  # 2: concepts compared as concepts; the premise is false in every table recording the concept;
+    # 3: not on counts and lists (zero and none are answers)
+    requires = "a patient-level, non-count, non-list template with a concept slot (one with a vocabulary) or both subject_id and hadm_id"
 
     def applies(self, template):
+        """Listed, patient-level, with a concept or admission to swap, and an answer that presupposes the event:
+        a count (0), a list (none) or a yes/no question that does not presuppose it (no) is answered by its
+        absence, so only value questions and a template's presupposing booleans are listed."""
         slots = template.spec.slots
-        return super().applies(template) and template.spec.scope.value == "patient" and (
+        answered_by_absence = template.spec.answer.type in (AnswerType.count, AnswerType.list)
+        return super().applies(template) and template.spec.scope.value == "patient" and not answered_by_absence and (
             bool(concept_slots(template)) or {"subject_id", "hadm_id"} <= set(slots))
 
     def make(self, con, task, template, rng):
@@ -43,7 +48,8 @@ class FalsePremise(NoiseSubtype):
         if not concept_records(source):
             raise Rejected("no_declared_concept_records")
         candidates = _concept_candidates(con, task, template, slot, rng)[:MAX_CANDIDATES]
-        false_everywhere = [v for v in candidates if recorded_in(con, task, source, v) is None]
+        recorded = recorded_concepts(con, task, source)
+        false_everywhere = [v for v in candidates if concept_key(v) not in recorded]
         if candidates and not false_everywhere:
             raise Rejected("premise_recorded_for_encounter")
         return _swap(con, task, template, slot, false_everywhere, vocabulary(template, slot))
@@ -61,16 +67,23 @@ def _swap(con, task, template, slot, candidates, inspected):
 def recorded_in(con, task, source: str, value) -> str | None:
     """The first table (concept_records of the `source` vocabulary) naming the concept `value`, in any spelling,
     for the task's encounter (its subject_id, hadm_id and stay_id where the table has them); None if none."""
-    schema = load_schema()
+    return recorded_concepts(con, task, source).get(concept_key(value))
+
+
+def recorded_concepts(con, task, source: str) -> dict[str, str]:
+    """{concept key: the first table recording it} for the task's encounter: one query per recording table
+    (distinct names of the encounter's rows, keyed in Python) instead of one per candidate and table."""
+    schema, found = load_schema(), {}
     for record in concept_records(source):
         table = record["table"]
         entity = [s for s in ENTITY_SLOTS if s in task.slots and s in schema[table].column_names]
-        where = " AND ".join([f"t.{s} = ?" for s in entity] + [f"{concept_sql(_name_column(record))} = ?"])
+        where = " AND ".join([f"t.{s} = ?" for s in entity]) or "TRUE"
         join = f" JOIN {record['via']} d USING ({', '.join(record['keys'])})" if "via" in record else ""
-        params = [task.slots[s] for s in entity] + [concept_key(value)]
-        if scalar(con, f"SELECT EXISTS (SELECT 1 FROM {table} t{join} WHERE {where})", params):
-            return table
-    return None
+        names = con.execute(f"SELECT DISTINCT {_name_column(record)} FROM {table} t{join} WHERE {where}",
+                            [task.slots[s] for s in entity]).fetchall()
+        for (name,) in names:
+            found.setdefault(concept_key(name), table)
+    return found
 
 
 def _name_column(record: dict) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
 from pipeline.noise.encounters import declared_evidence_tables
 from pipeline.noise.evidence import candidate_keys, evidence_table
+from pipeline.noise.slot_swap import concept_slots
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.templates.answers import AnswerValue
@@ -12,26 +13,28 @@ from pipeline.templates.programs import load_python_program
 from pipeline.templates.spec import AnswerType
 
 MAX_HIDDEN = 5_000  # a population question over more rows than this is not a missing-record item
-# Zero is an answer: with the counted rows hidden, a count of 0 is what the record says (no abnormal potassium, no
-# patient with the diagnosis), so only a patient's count abstains, and only where zero rows cannot be true: every
-# MIMIC-IV hospital admission has billed diagnoses, services and transfers.
+# Zero is an answer: with the rows a count, a yes/no or a list rests on hidden, 0, "no" and "none" are what the
+# record says (no abnormal potassium, never in the MICU, no procedure coded), so such a question abstains only when
+# it asks about one encounter's rows of a table that every MIMIC-IV hospital admission has (billed diagnoses,
+# services, transfers) and names no concept: then zero rows cannot be true.
 ALWAYS_RECORDED = frozenset({"diagnoses_icd", "services", "transfers"})
+ANSWERED_BY_ABSENCE = (AnswerType.count, AnswerType.boolean, AnswerType.list)
 
 
 @register
 class MissingRecord(NoiseSubtype):
     name = "missing_record"
     level = "record"
-    version = 3  # 2: rejected when the noisy data still answers the clean question; 3: zero is an answer
+    version = 3  # 2: rejected when the noisy data still answers the clean question; 3: zero, no, none are answers
     noisy_data_unanswerable = True
 
-    requires = ("a non-count answer, or a patient's count over rows every admission has (diagnoses_icd, "
-                "services, transfers): zero is an answer")
+    requires = ("a value answer, or a count / yes-no / list over one encounter's rows of a table every admission "
+                "has (diagnoses_icd, services, transfers) with no concept slot: zero, no and none are answers")
 
     def applies(self, template):
-        if template.spec.answer.type is not AnswerType.count:
+        if template.spec.answer.type not in ANSWERED_BY_ABSENCE:
             return super().applies(template)
-        return (super().applies(template) and template.spec.scope.value == "patient"
+        return (super().applies(template) and template.spec.scope.value == "patient" and not concept_slots(template)
                 and declared_evidence_tables(template) <= ALWAYS_RECORDED)
 
     def make(self, con, task, template, rng):

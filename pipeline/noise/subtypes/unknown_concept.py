@@ -15,8 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.concepts import concept_key, concept_sql
-from pipeline.db import scalar
+from pipeline.concepts import column_keys, concept_key
 from pipeline.noise.base import NoiseSubtype, Rejected, register
 from pipeline.noise.slot_swap import concept_slots, swapped_twin, vocabulary
 from pipeline.source.schema import load_schema
@@ -35,8 +34,7 @@ def dictionary_columns() -> tuple[tuple[str, str], ...]:
 
 def in_any_dictionary(con, name: str, also: tuple[tuple[str, str], ...] = ()) -> bool:
     """Some dictionary (or a column in `also`) names the concept, in any spelling (pipeline/concepts.py)."""
-    return any(scalar(con, f"SELECT EXISTS (SELECT 1 FROM {t} WHERE {concept_sql(c)} = ?)", [concept_key(name)])
-               for t, c in (*dictionary_columns(), *also))
+    return any(concept_key(name) in column_keys(con, t, c) for t, c in (*dictionary_columns(), *also))
 
 
 def misspell(name: str, rng) -> str:
