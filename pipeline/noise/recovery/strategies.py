@@ -14,7 +14,8 @@ from pipeline.noise.recovery import strategy
 from pipeline.noise.recovery.case import Case
 from pipeline.noise.recovery.sql import answer_of, gold_tree, reads, rewrite_literals, temp_views, with_tables
 from pipeline.source.schema import load_schema
-from pipeline.templates.answers import AnswerValue, is_empty
+from pipeline.templates.answers import AnswerValue, answers_agree, is_empty
+from pipeline.templates.render import sql_literal
 from pipeline.templates.spec import AnswerType
 
 
@@ -199,3 +200,32 @@ def other_qualifying_record(con: duckdb.DuckDBPyConnection, case: Case, rule: di
         if answer is not None and answer.value is True:
             return answer
     return None
+
+
+@strategy("either_value")
+def either_value(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any]) -> AnswerValue | None:
+    """Rows added beside existing rows of the same record (a conflict): the answer read with every record's
+    original rows and the answer read with every record's added rows; one answer both ways is the answer."""
+    tree = gold_tree(case)
+    added = {t: p for t, p in case.patch.tables.items() if p.add and not p.hide and t in rule["records"] and reads(tree, t)}
+    if not added:
+        return None
+    catalog = source_catalog(con)
+    originals = {t: f'SELECT * FROM "{catalog}".main.{t}' for t in added}
+    replaced = {t: f'SELECT * FROM {t} EXCEPT ALL SELECT s.* FROM "{catalog}".main.{t} s WHERE '
+                   f'({", ".join(f"s.{c}" for c in rule["records"][t])}) IN ({_tuples(p.add, rule["records"][t])})'
+                for t, p in added.items()}
+    answers = []
+    for views in (originals, replaced):
+        with temp_views(con, views) as names:
+            answers.append(_definite(answer_of(con, case, with_tables(tree, names))))
+    first, second = answers
+    if first is None or second is None:
+        return None
+    plain = case.template.spec.answer.model_copy(update={"records": []})
+    same = answers_agree(first.model_copy(update={"records": {}}), second.model_copy(update={"records": {}}), plain)
+    return first if same else None
+
+
+def _tuples(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    return ", ".join("(" + ", ".join(sql_literal(row.get(c)) for c in columns) + ")" for row in rows)

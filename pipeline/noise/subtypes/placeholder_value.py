@@ -19,6 +19,7 @@ from pipeline.noise.rules import (
     Rule, alteration, evidence_table_name, flagged_on_source, is_patient, pick, placeholders, scoped_twin,
     table_evidence,
 )
+from pipeline.noise.siblings import sibling_patch
 from pipeline.templates.render import sql_literal
 
 
@@ -44,6 +45,7 @@ def placeholder_rule(text: str, number: str | None) -> Rule:
 class PlaceholderValue(NoiseSubtype):
     name = "placeholder_value"
     level = "value"
+    version = 2  # 2: sibling rows keeping the same fact (siblings.yaml: the pharmacy row's route) are masked alike
     requires = "evidence in a table with a text value column (measurements.yaml, placeholders.yaml) the gold SQL reads"
 
     def applies(self, template):
@@ -65,7 +67,8 @@ class PlaceholderValue(NoiseSubtype):
         blank = {number: None} if number and patient else {}
         chosen = pick(ev.rows, patient, rng)
         masked = [{**row, text: str(rng.choice(texts)), **blank} for row in chosen]
-        return scoped_twin(task, template, ev, alteration(ev, chosen, masked), rule)
+        patch = sibling_patch(con, ev.table, chosen, masked, alteration(ev, chosen, masked))  # pharmacy keeps the route
+        return scoped_twin(task, template, ev, patch, rule)
 
     @staticmethod
     def _texts(patient: bool, measurement: bool) -> list[str]:
