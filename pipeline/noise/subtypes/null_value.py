@@ -25,7 +25,8 @@ class NullValue(NoiseSubtype):
     name = "null_value"
     level = "value"
     requires = "a patient-level template (a population answer over many rows survives one NULL)"
-    version = 3  # 3: the fact's companions (text value, MIC) and sibling rows (pharmacy, transfers) go NULL too
+    version = 4  # 3: the fact's companions (text value, MIC) and sibling rows (pharmacy, transfers) go NULL too;
+    # 4: a procedure's date is its value (duplicates.yaml), not its code (a key column)
 
     def applies(self, template):
         return super().applies(template) and template.spec.scope.value == "patient"
