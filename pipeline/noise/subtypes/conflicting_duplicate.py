@@ -114,9 +114,10 @@ class ConflictingDuplicate(NoiseSubtype):
     level = "record"
     requires = ("evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads, and its "
                 "position (seq_num) where the table has one")
-    version = 3  # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
+    version = 4  # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
     # 3: no tells: numbers at the item's precision, non-round time shifts, sex-fitting codes, ids beside the patient's
-    # (a code's second row at its position conflicts only for a question that reads the position)
+    # (a code's second row at its position conflicts only for a question that reads the position);
+    # 4: a prescription record is its pharmacy_id, drug_type and drug (an order's base and main rows differ)
 
     def applies(self, template):
         table = evidence_table_name(template)
