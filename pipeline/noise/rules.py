@@ -24,7 +24,6 @@ from pipeline.noise.measurements import MeasurementTable, measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
-from pipeline.templates.render import sql_literal
 
 MAX_ALTERED = 25  # population scope: at most this many of the cohort's rows (one subject's) are touched
 
@@ -169,7 +168,8 @@ def scoped_twin(task, template, ev: Evidence, patch: Patch, rule: Rule) -> Noisy
 TIME_STEPS = (3600, 60, 1)  # whole hours, minutes, seconds: the coarsest a column's real times keep
 
 
-def _time_step(con, table: str, column: str) -> int:
+def time_step(con, table: str, column: str) -> int:
+    """The coarsest grid (seconds: an hour, a minute, a second) that 99% of the column's real times sit on."""
     aligned = ", ".join(f"avg((epoch({column})::BIGINT % {step} = 0)::INT)" for step in TIME_STEPS)
     shares = con.execute(f"SELECT {aligned} FROM {table} WHERE {column} IS NOT NULL").fetchall()[0]
     return next((step for step, share in zip(TIME_STEPS, shares, strict=True) if share is not None and share >= 0.99), 1)
@@ -178,7 +178,7 @@ def _time_step(con, table: str, column: str) -> int:
 def time_shift(con, table: str, column: str, rng, low_hours: int = 2, high_hours: int = 30):
     """A shift of `low_hours` to `high_hours` written like the column's real times: whole hours only where
     its real times are all on the hour; else a shift that is not a whole number of hours (no round offset)."""
-    step = _time_step(con, table, column)
+    step = time_step(con, table, column)
     while True:
         steps = int(rng.integers(low_hours * 3600 // step, high_hours * 3600 // step + 1))
         if step == 3600 or (steps * step) % 3600:

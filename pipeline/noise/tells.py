@@ -13,7 +13,7 @@ from pipeline.noise.fresh_ids import is_blocked
 from pipeline.noise.measurements import item_precision, measurement_tables
 from pipeline.noise.overlay import overlay, source_catalog
 from pipeline.noise.patch import Patch
-from pipeline.noise.rules import _time_step
+from pipeline.noise.rules import time_step
 
 ID_COLUMNS = ("labevent_id", "microevent_id", "orderid", "pharmacy_id", "specimen_id", "subject_id", "hadm_id", "stay_id")
 ENTITY_TABLES = {"subject_id": "patients", "hadm_id": "admissions", "stay_id": "icustays"}
@@ -89,7 +89,7 @@ def time_tells(con, source: str, pairs: list[tuple[dict, dict]]) -> list[str]:
             before = original.get(column)
             if not isinstance(value, dt.datetime) or not isinstance(before, dt.datetime) or value == before:
                 continue
-            step, shift = _time_step(con, source, column), (value - before).total_seconds()
+            step, shift = time_step(con, source, column), (value - before).total_seconds()
             if int((value - dt.datetime(1970, 1, 1)).total_seconds()) % step:
                 found.append(f"{source}.{column} {value} is finer than the column's real times (every {step} s)")
             if step < 3600 and shift % 3600 == 0:
