@@ -61,23 +61,34 @@ def parallel_rate(con, tasks, templates, workers: int) -> dict:
     return {"workers": workers, "tasks": len(tasks), "verified_pairs": count, "seconds": spent, "verified_pairs_per_minute": 60 * count / spent}
 
 
-def pair_counts(pairs, rejected: Counter) -> dict:
-    """Verified pairs per intent x sub-type, and rejections per sub-type and reason."""
+def applicable_cells(templates) -> set[tuple[str, str]]:
+    """(intent, sub-type) where some template of the intent lists a sub-type that applies to it."""
+    registry = subtypes()
+    return {(t.spec.intent, name) for t in templates for name in t.spec.noise if registry[name].applies(t)}
+
+
+def pair_counts(pairs, rejected: Counter, applicable: set[tuple[str, str]]) -> dict:
+    """Verified pairs per intent x sub-type, the applicable cells without a pair, and rejections per sub-type and
+    reason."""
     cells: dict = {}
     for pair in pairs:
         cells.setdefault(pair.clean.intent, Counter())[pair.subtype] += 1
     reasons: dict = {}
     for (name, reason), count in sorted(rejected.items()):
         reasons.setdefault(name, {})[reason] = count
-    return {"verified_by_intent_and_subtype": {i: dict(sorted(c.items())) for i, c in sorted(cells.items())}, "rejected": reasons}
+    empty = sorted(f"{i}/{n}" for i, n in applicable if not cells.get(i, {}).get(n))
+    return {"verified_by_intent_and_subtype": {i: dict(sorted(c.items())) for i, c in sorted(cells.items())},
+            "applicable_without_pairs": empty, "rejected": reasons}
 
 
-def markdown_counts(counts: dict) -> str:
-    """The pair counts as a Markdown table (intents as rows, sub-types as columns)."""
+def markdown_counts(counts: dict, applicable: set[tuple[str, str]]) -> str:
+    """The pair counts as a Markdown table (intents as rows, sub-types as columns; '-' where no template of the
+    intent takes the sub-type, **0** where one does but no pair was verified)."""
     cells = counts["verified_by_intent_and_subtype"]
     names = sorted(subtypes())
+    cell = lambda i, n: str(cells.get(i, {}).get(n, 0)) if cells.get(i, {}).get(n) else ("**0**" if (i, n) in applicable else "-")  # noqa: E731
     lines = ["| intent | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    lines += [f"| {intent} | " + " | ".join(str(row.get(n, 0)) for n in names) + " |" for intent, row in cells.items()]
+    lines += [f"| {intent} | " + " | ".join(cell(intent, n) for n in names) + " |" for intent in sorted({i for i, _ in applicable})]
     return "\n".join(lines)
 
 
@@ -132,7 +143,8 @@ def main() -> None:
     tasks = [tasks[i] for i in np.random.default_rng(0).permutation(len(tasks))]
     pairs, rejected, spent, visited = verify_for(con, tasks, templates, args.seconds)
     parallel = parallel_rate(con, tasks[:visited], templates, args.workers) if args.workers > 1 else None
-    counts = pair_counts(pairs, rejected)
+    applicable = applicable_cells(templates.values())
+    counts = pair_counts(pairs, rejected, applicable)
     result = {"db": args.db.name, "patients": con.sql("SELECT count(*) FROM patients").fetchall()[0][0],
               "templates": len(templates), "clean_tasks": len(tasks), "instantiate_seconds": instantiate_s,
               "tasks_visited": visited, "verify_attempts": len(pairs) + sum(rejected.values()), "verified_pairs": len(pairs),
@@ -141,7 +153,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k not in ("by_table", "rejected")}, indent=2))
-    print(markdown_counts(counts))
+    print(markdown_counts(counts, applicable))
 
 
 if __name__ == "__main__":

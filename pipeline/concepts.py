@@ -124,6 +124,11 @@ def concept_records(vocabulary: str) -> list[dict[str, Any]]:
     return list(declarations()["concept_records"].get(vocabulary, []))
 
 
+def unlinked_time(table: str) -> str | None:
+    """The time column by which a row of `table` without an admission is found for one (None: not declared)."""
+    return declarations().get("unlinked_times", {}).get(table)
+
+
 _COLUMN_KEYS: dict[tuple[str, str, str], frozenset[str]] = {}
 
 

@@ -7,7 +7,7 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from pipeline.concepts import concept_sql
+from pipeline.concepts import concept_key, concept_sql
 from pipeline.db import scalar
 from pipeline.noise.base import Rejected, subtypes
 from pipeline.noise.overlay import overlay
@@ -34,15 +34,30 @@ def _pairs(source, template_id: str, subtype: str, tasks: int = 3) -> list:
 
 
 def test_orphan_reference(source):
-    for pair in _pairs(source, "lab_last_value_in_admission", "orphan_reference"):
+    for pair in _pairs(source, "lab_first_value_within_24h", "orphan_reference"):
         hadm_id = pair.clean.slots["hadm_id"]
         assert "admissions" in pair.patch.touched_tables and pair.expected.value is None  # with its transfers, ICU stays
         with overlay(source, pair.patch):  # the admission is gone, its lab rows still reference it
             assert scalar(source, "SELECT count(*) FROM admissions WHERE hadm_id = ?", [hadm_id]) == 0
             assert scalar(source, "SELECT count(*) FROM labevents WHERE hadm_id = ?", [hadm_id]) > 0
-        assert pair.trap and pair.naive_answer == pair.clean.answer  # the careless reader still answers
-    repaired = _pairs(source, "mean_drg_severity_with_diagnosis", "orphan_reference", tasks=4)
-    assert all(p.contract == "repair" and p.expected.value and p.naive_answer != p.expected for p in repaired)
+        assert not pair.trap and pair.naive_answer.value is None  # the careless join finds no first 24 hours
+
+
+def test_orphan_reference_needs_the_encounter_row(source):
+    """Evidence rows carry their encounter's key: a question they answer alone is no orphan (a careful analyst
+    answers it); only a window offset from the encounter's times (or a non-key attribute) needs the parent."""
+    orphan = SUBTYPES["orphan_reference"]
+    for template_id in ("lab_last_value_in_admission", "lab_abnormal_count_in_admission", "vital_first_after_icu_admission",
+                        "mean_urine_output_first_24h_by_careunit"):
+        template = TEMPLATES[template_id]
+        listed = template.model_copy(update={"spec": template.spec.model_copy(update={"noise": ["orphan_reference"]})})
+        assert not orphan.applies(listed), template_id  # keys, a bare "after the start", a population question
+    for template_id in ("lab_first_value_within_24h", "drug_given_first_24h", "icu_admission_delay_hours",
+                        "organisms_first_48h_of_admission", "procedure_day_of_admission"):
+        assert orphan.applies(TEMPLATES[template_id]), template_id
+    task = instantiate(source, [TEMPLATES["lab_last_value_in_admission"]], per_template=1, seed=7)[0][0]
+    with pytest.raises(Rejected, match="children_answer_without_parent"):
+        orphan.make(source, task, TEMPLATES["lab_last_value_in_admission"], np.random.default_rng(0))
 
 
 def test_displaced_time(source):
@@ -66,6 +81,22 @@ def test_false_premise(source):
         assert scalar(source, f"SELECT count(*) FROM prescriptions WHERE {same}", [drug]) > 0  # a real drug
         assert scalar(source, f"SELECT count(*) FROM prescriptions WHERE {same} AND hadm_id = ?", [drug, clean["hadm_id"]]) == 0
         assert pair.expected.value is None and not pair.patch.tables
+
+
+def test_false_premise_counts_rows_without_an_admission_in_its_days(source):
+    """A lab drawn in the ED (hadm_id NULL) during an admission is the admission's for a careful analyst: a premise
+    about it is not false, though no row of the admission names it."""
+    from types import SimpleNamespace
+
+    from pipeline.noise.subtypes.false_premise import recorded_concepts
+
+    subject_id, hadm_id, label = source.sql(
+        "SELECT a.subject_id, a.hadm_id, min(d.label) FROM labevents l JOIN d_labitems d USING (itemid) "
+        "JOIN admissions a ON a.subject_id = l.subject_id AND CAST(l.charttime AS DATE) BETWEEN CAST(a.admittime AS DATE) "
+        "AND CAST(a.dischtime AS DATE) WHERE l.hadm_id IS NULL AND NOT EXISTS (SELECT 1 FROM labevents o "
+        "WHERE o.hadm_id = a.hadm_id AND o.itemid = l.itemid) GROUP BY ALL ORDER BY ALL LIMIT 1").fetchall()[0]
+    task = SimpleNamespace(slots={"subject_id": subject_id, "hadm_id": hadm_id})
+    assert concept_key(label) in recorded_concepts(source, task, "d_labitems.label")
 
 
 def test_unknown_concept(source):

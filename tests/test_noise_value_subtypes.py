@@ -84,9 +84,16 @@ def test_placeholder_value(source, pair_of):
     (row,) = added_rows(pair)
     assert row["value"] in placeholders()["masks"] + placeholders()["errors"] and row["valuenum"] is None
     assert_patient_trap(pair)  # the naive reading falls back to an earlier result
-    population = pair_of("placeholder_value", "lab_median_value_population")
-    assert all(r["value"] in placeholders()["errors"] and r["valuenum"] is not None for r in added_rows(population))
-    assert_repaired(source, population, "labevents", population.patch.tables["labevents"].hide)
+    population = pair_of("placeholder_value", "organism_resistance_rate")  # a masked interpretation is unknown
+    assert all(r["interpretation"] in placeholders()["masks"] for r in added_rows(population))
+    assert_repaired(source, population, "microbiologyevents", population.patch.tables["microbiologyevents"].hide)
+    # An error text beside a number contradicts itself; on the demo every error text has a NULL number (the careless
+    # reading skips it too): no population question over a measurement's number takes a placeholder.
+    lab_median = TEMPLATES["lab_median_value_population"]
+    listed = lab_median.model_copy(update={"spec": lab_median.spec.model_copy(update={"noise": ["placeholder_value"]})})
+    assert not subtypes()["placeholder_value"].applies(listed)
+    errors = ", ".join(f"'{e}'" for e in placeholders()["errors"])
+    assert scalar(source, f"SELECT count(*) FILTER (WHERE valuenum IS NOT NULL) FROM labevents WHERE value IN ({errors})") == 0
 
 
 def test_conflicting_duplicate(source, pair_of):

@@ -17,22 +17,23 @@ TEMPLATES = {t.id: t for t in load_templates()}
 ORPHAN = subtypes()["orphan_reference"]
 
 
-def test_a_hidden_admission_leaves_no_transfer_or_icu_stay(source):
-    template = TEMPLATES["lab_last_value_in_admission"]
+def test_a_hidden_admission_leaves_no_transfer_icu_stay_or_service(source):
+    template = TEMPLATES["lab_first_value_within_24h"]
     tasks = instantiate(source, [template], per_template=3, seed=7)[0]
     pairs = [verify_pair(source, Tables(source), task, template, ORPHAN, seed=0) for task in tasks]
     for pair in pairs:
         hadm_id = pair.clean.slots["hadm_id"]
         assert scalar(source, "SELECT count(*) FROM transfers WHERE hadm_id = ?", [hadm_id]) > 0
         with overlay(source, pair.patch):
-            for table in ("admissions", "transfers", "icustays"):
+            for table in ("admissions", "transfers", "icustays", "services"):
                 assert scalar(source, f"SELECT count(*) FROM {table} WHERE hadm_id = ?", [hadm_id]) == 0, table
             assert scalar(source, "SELECT count(*) FROM labevents WHERE hadm_id = ?", [hadm_id]) > 0
-        assert pair.expected.value is None and pair.trap
+        assert pair.expected.value is None and pair.naive_answer.value is None  # no admission, no first 24 hours
 
 
 def test_a_question_reading_the_sibling_table_is_rejected(source):
-    template = TEMPLATES["top_diagnoses_in_first_careunit"]  # reads icustays, which record the admission too
+    template = TEMPLATES["lab_first_value_within_24h"]
     task = instantiate(source, [template], per_template=1, seed=7)[0][0]
-    with pytest.raises(Rejected, match="question_reads_sibling"):
-        ORPHAN.make(source, task, template, np.random.default_rng(0))
+    reads_transfers = f"SELECT g.* FROM ({task.gold_sql}) g WHERE EXISTS (SELECT 1 FROM transfers t WHERE t.hadm_id = {task.slots['hadm_id']})"
+    with pytest.raises(Rejected, match="question_reads_sibling"):  # transfers record the admission too
+        ORPHAN.make(source, task.model_copy(update={"gold_sql": reads_transfers}), template, np.random.default_rng(0))

@@ -69,7 +69,7 @@ def test_breakpoints_agree_with_interpreted_demo_rows(source):
 
 
 DEMO_PAIRS = [("displaced_time", "mean_icu_los_by_first_careunit"), ("displaced_time", "drug_given_first_24h"),
-              ("orphan_reference", "patient_ever_in_careunit"), ("out_of_window", "admissions_count_in_window"),
+              ("orphan_reference", "icu_admission_delay_hours"), ("out_of_window", "admissions_count_in_window"),
               ("null_value", "organism_resistant_to_antibiotic"), ("false_premise", "drug_first_administration_time"),
               ("conflicting_duplicate", "patients_with_lab_above_threshold")]
 

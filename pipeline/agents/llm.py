@@ -26,10 +26,23 @@ SYSTEM_PROMPT = (
 )
 
 
+# How a population answer treats invalid records: the repair every population noise contract computes
+# (docs/noise.md), stated to every population task, clean or noisy alike, so the scored answer follows a rule the
+# agent was told rather than one it has to guess.
+POPULATION_CONVENTION = (
+    "Population answers count valid records only: leave out a value that is missing, physiologically impossible, "
+    "in a unit that does not fit the measurement, or a placeholder or error text; both rows of one measurement "
+    "charted twice with different values; and an event timed outside its admission or ICU stay."
+)
+
+
 def user_message(question: str, scope: str, intent: str, answer_format: dict | AnswerFormat | None) -> str:
-    """The first user turn: the question and the answer format the verifier scores (one wording for evaluation
-    and for the SFT records, so a tuned model sees what it was tuned on)."""
+    """The first user turn: the question, the population convention (population scope) and the answer format the
+    verifier scores (one wording for evaluation and for the SFT records, so a tuned model sees what it was tuned
+    on)."""
     text = f"Question ({scope} level, {intent}): {question}"
+    if scope == "population":
+        text += "\n" + POPULATION_CONVENTION
     if answer_format is not None:
         text += "\nAnswer format: " + AnswerFormat.model_validate(answer_format).describe()
     return text

@@ -13,9 +13,13 @@ import re
 from dataclasses import dataclass
 
 import polars as pl
+import sqlglot
+from sqlglot import expressions as exp
 
 from pipeline.noise.base import Rejected
 from pipeline.source.schema import load_schema
+from pipeline.templates.lint import sample_slots
+from pipeline.templates.render import render_sql
 from pipeline.templates.spec import Template
 
 
@@ -45,6 +49,30 @@ def parent_encounter(template: Template, table: str) -> Encounter:
 def declared_evidence_tables(template: Template) -> set[str]:
     """The tables the template's evidence SQL names as `'<table>' AS table_name`."""
     return set(re.findall(r"'([a-z_]+)'\s+AS\s+table_name", template.evidence_sql, re.I))
+
+
+_KEYS = frozenset({"subject_id", "hadm_id", "stay_id"})
+_OFFSET = (exp.Add, exp.Sub, exp.DateAdd, exp.DateSub, exp.TimestampAdd, exp.TimestampSub, exp.DateDiff,
+           exp.TimestampDiff)
+
+
+def needs_encounter(template: Template, enc: Encounter) -> bool:
+    """The gold SQL needs what only the encounter row holds: a window offset from its times (the first 24 hours
+    of the admission), or an attribute that is not a key or a time. A key, or a time the evidence is merely
+    compared with ("after the stay began"), does not count: the evidence rows carry the encounter's key, so a
+    careful analyst answers such a question from them alone."""
+    tree = sqlglot.parse_one(render_sql(template.gold_sql, sample_slots(template)), dialect="duckdb")
+    aliases = {t.alias_or_name for t in tree.find_all(exp.Table) if t.name == enc.table}
+    times = {enc.start, enc.end}
+    for column in tree.find_all(exp.Column):
+        if column.table not in aliases or column.name in _KEYS:
+            continue
+        user = column.parent
+        while isinstance(user, exp.Cast | exp.Paren):
+            user = user.parent
+        if column.name not in times or isinstance(user, _OFFSET):
+            return True
+    return False
 
 
 def with_tables(build):

@@ -24,9 +24,10 @@ def _definite(answer: AnswerValue | None) -> AnswerValue | None:
 
 
 def _new(answer: AnswerValue | None, case: Case) -> AnswerValue | None:
-    """A rewritten reading counts only where it changes what the plain gold reading says on the overlay."""
+    """A rewritten reading counts only where it changes what the plain gold reading says on the overlay (its value
+    or its unit)."""
     answer = _definite(answer)
-    if answer is None or (case.naive is not None and answer.value == case.naive.value):
+    if answer is None or (case.naive is not None and (answer.value, answer.unit) == (case.naive.value, case.naive.unit)):
         return None
     return answer
 

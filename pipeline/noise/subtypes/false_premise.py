@@ -11,8 +11,9 @@ happened. Either way the gold program must find nothing.
 
 from __future__ import annotations
 
-from pipeline.concepts import concept_key, concept_records, display_value
+from pipeline.concepts import concept_key, concept_records, display_value, unlinked_time
 from pipeline.noise.base import NoiseSubtype, Rejected, register
+from pipeline.noise.encounters import lead_of
 from pipeline.noise.slot_swap import ENTITY_SLOTS, concept_slots, gold_finds_nothing, swapped_twin, vocabulary
 from pipeline.source.schema import load_schema
 from pipeline.templates.render import render_sampler
@@ -26,8 +27,8 @@ MAX_CANDIDATES = 40  # candidate values looked up in the record tables (one chea
 class FalsePremise(NoiseSubtype):
     name = "false_premise"
     level = "query"
-    version = 3  # 2: concepts compared as concepts; the premise is false in every table recording the concept;
-    # 3: not on counts and lists (zero and none are answers)
+    version = 4  # 2: concepts compared as concepts; the premise is false in every table recording the concept;
+    # 3: not on counts and lists (zero and none are answers); 4: rows without an admission in its time count for it
     requires = "a patient-level, non-count, non-list template with a concept slot (one with a vocabulary) or both subject_id and hadm_id"
 
     def applies(self, template):
@@ -77,13 +78,24 @@ def recorded_concepts(con, task, source: str) -> dict[str, str]:
     for record in concept_records(source):
         table = record["table"]
         entity = [s for s in ENTITY_SLOTS if s in task.slots and s in schema[table].column_names]
-        where = " AND ".join([f"t.{s} = ?" for s in entity]) or "TRUE"
+        where = " AND ".join([_entity_sql(table, s) for s in entity]) or "TRUE"
         join = f" JOIN {record['via']} d USING ({', '.join(record['keys'])})" if "via" in record else ""
-        names = con.execute(f"SELECT DISTINCT {_name_column(record)} FROM {table} t{join} WHERE {where}",
-                            [task.slots[s] for s in entity]).fetchall()
+        params = [task.slots[s] for s in entity for _ in range(_entity_sql(table, s).count("?"))]
+        names = con.execute(f"SELECT DISTINCT {_name_column(record)} FROM {table} t{join} WHERE {where}", params).fetchall()
         for (name,) in names:
             found.setdefault(concept_key(name), table)
     return found
+
+
+def _entity_sql(table: str, slot: str) -> str:
+    """t.<slot> = ?; for an admission, also the patient's rows without one dated within its days (an ED lab; the
+    lead before admittime as in pipeline/noise/encounters.py; whole days, so a doubtful row counts)."""
+    time = unlinked_time(table) if slot == "hadm_id" else None
+    if time is None:
+        return f"t.{slot} = ?"
+    return (f"(t.hadm_id = ? OR (t.hadm_id IS NULL AND EXISTS (SELECT 1 FROM admissions a WHERE a.hadm_id = ? "
+            f"AND a.subject_id = t.subject_id AND CAST(t.{time} AS DATE) BETWEEN "
+            f"CAST(a.admittime - INTERVAL {lead_of(table)} HOUR AS DATE) AND CAST(a.dischtime AS DATE))))")
 
 
 def _name_column(record: dict) -> str:

@@ -1,8 +1,11 @@
 """orphan_reference (record level): the parent admission / ICU stay of the evidence rows is hidden.
 
-Patient scope: the evidence references an encounter the record does not have; abstain (guard: an evidence
-row's hadm_id / stay_id has no parent row). Population scope: the parents of a few evidence rows are hidden;
-repair by answering over the rows whose parent exists (the orphaned rows are excluded).
+Only a question that needs the encounter row itself applies (`needs_encounter`: a window offset from its times,
+such as the first 24 hours of the admission, or an attribute that is no key): the evidence rows carry the
+encounter's key, so "how many abnormal results in admission X" is answered from them alone, parent or not.
+The evidence references an encounter the record does not have, so the window cannot be placed: abstain (guard:
+an evidence row's hadm_id / stay_id has no parent row). Patient scope only: a population question that needs the
+encounter row drops the orphaned rows by its own join, so the careless reading already gives the repaired answer.
 Other tables that record the same encounter (siblings.yaml `records`: the admission's transfers and ICU stays,
 the ICU stay's transfer) lose its rows too, or a careful analyst would find the encounter there; a question that
 itself reads such a table (other than its evidence) is rejected (`question_reads_sibling`).
@@ -11,46 +14,43 @@ itself reads such a table (other than its evidence) is rejected (`question_reads
 from __future__ import annotations
 
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
-from pipeline.noise.encounters import declared_evidence_tables, orphan_expr, orphan_sql, parent_encounter, with_tables
+from pipeline.noise.encounters import (declared_evidence_tables, needs_encounter, orphan_expr, orphan_sql,
+                                      parent_encounter, with_tables)
 from pipeline.noise.evidence import evidence_table, frame_by_key
-from pipeline.noise.exclusion import excluding_python, excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.siblings import matching_rows, reads_table, record_rules
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
-
-MAX_ORPHANED = 3  # population scope: how many parent encounters are hidden
+from pipeline.templates.spec import Scope
 
 
 @register
 class OrphanReference(NoiseSubtype):
     name = "orphan_reference"
     level = "record"
-    version = 2  # 2: the encounter's rows in other tables that record it (transfers, ICU stays) are hidden too
-    requires = "evidence rows of a table that references an encounter (not admissions itself)"
+    # 2: the encounter's rows in other tables that record it (transfers, ICU stays) are hidden too
+    # 3: only patient questions that need the encounter row (a window offset from its times); its services too
+    version = 3
+    requires = ("patient scope, and evidence rows that reference an encounter whose times bound the question's "
+                "window (or whose non-key attributes it reads)")
 
     def applies(self, template):
-        """Listed, and the evidence is not the admission row itself (it must reference a parent encounter)."""
-        return super().applies(template) and bool(declared_evidence_tables(template) - {"admissions"})
+        """Listed, patient scope, and the gold SQL needs the parent encounter of an evidence table."""
+        return (super().applies(template) and template.spec.scope is Scope.patient and any(
+            _needs_parent(template, table) for table in declared_evidence_tables(template) - {"admissions"}))
 
     def make(self, con, task, template, rng):
         table, _, keys = evidence_table(task)
         enc = parent_encounter(template, table)
+        if not needs_encounter(template, enc):
+            raise Rejected("children_answer_without_parent")
         parents = frame_by_key(con, table, keys)[enc.key].drop_nulls().unique().sort().to_list()
         if not parents:
             raise Rejected("evidence_has_no_parent_key")
-        patient, gold = template.spec.scope.value == "patient", load_python_program(template)
-        if not patient:
-            if len(parents) < 2:
-                raise Rejected("too_few_parents")
-            parents = sorted(rng.choice(parents, min(MAX_ORPHANED, len(parents) // 2), replace=False).tolist())
         patch = Patch(tables={enc.table: TablePatch(key_columns=[enc.key], hide=[{enc.key: p} for p in parents]),
                               **_records_of(con, enc, parents, table, task.gold_sql)})
-        inspect = {"table": enc.table, "filter": {enc.key: parents}}
-        if not patient:
-            return NoisyTwin(patch, "repair", None, excluding_sql(task.gold_sql, table, orphan_sql(enc, table)),
-                             with_tables(lambda tables: excluding_python(gold, table, orphan_expr(tables, enc))), inspect)
+        gold = load_python_program(template)
 
         def reference(tables):
             orphaned = orphan_expr(tables, enc).fill_null(False)
@@ -58,7 +58,14 @@ class OrphanReference(NoiseSubtype):
 
         return NoisyTwin(patch, "abstain", AnswerValue(value=None),
                          guarded_sql(task.gold_sql, table, keys, f"EXISTS (SELECT 1 FROM evidence e WHERE {orphan_sql(enc, 'e')})"),
-                         with_tables(reference), inspect)
+                         with_tables(reference), {"table": enc.table, "filter": {enc.key: parents}})
+
+
+def _needs_parent(template, table: str) -> bool:
+    try:
+        return needs_encounter(template, parent_encounter(template, table))
+    except Rejected:
+        return False
 
 
 def _records_of(con, enc, parents: list, evidence: str, gold_sql: str) -> dict[str, TablePatch]:

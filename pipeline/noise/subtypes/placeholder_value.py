@@ -2,9 +2,12 @@
 
 The texts and the text columns outside measurement tables are data (`placeholders.yaml`). A row is invalid when
 it holds an error text, or a mask with no number beside it. Patient scope: the evidence row's text gets a mask or
-error text (a measurement's number becomes NULL); abstain. Population scope: one subject's rows get an error
-text (a measurement keeps its number, as a result reported in error does); repair by answering over valid rows.
-Text columns outside measurements (discharge location, care unit, route...) only take masks.
+error text (a measurement's number becomes NULL); abstain. Population scope: one subject's rows of a text column
+outside the measurements (discharge location, route, dose, interpretation) get a mask; repair by answering over
+valid rows. A population question over a measurement's number is left out: on the real demo every error text has
+a NULL number (so the careless reading already skips the row: nothing to repair), and an error text beside a
+number would contradict itself (which one does a careful analyst believe?).
+Text columns outside measurements only take masks.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pipeline.noise.rules import (
 )
 from pipeline.noise.siblings import sibling_patch
 from pipeline.templates.render import sql_literal
+from pipeline.templates.spec import Scope
 
 
 def value_columns(table: str | None, gold_sql: str) -> tuple[str, str | None] | None:
@@ -45,11 +49,16 @@ def placeholder_rule(text: str, number: str | None) -> Rule:
 class PlaceholderValue(NoiseSubtype):
     name = "placeholder_value"
     level = "value"
-    version = 2  # 2: sibling rows keeping the same fact (siblings.yaml: the pharmacy row's route) are masked alike
-    requires = "evidence in a table with a text value column (measurements.yaml, placeholders.yaml) the gold SQL reads"
+    # 2: sibling rows keeping the same fact (siblings.yaml: the pharmacy row's route) are masked alike
+    # 3: no population question over a measurement's number (an error text beside a number contradicts itself)
+    version = 3
+    requires = ("evidence in a table with a text value column (measurements.yaml, placeholders.yaml) the gold SQL "
+                "reads; at population scope, one without a number beside it")
 
     def applies(self, template):
-        return super().applies(template) and value_columns(evidence_table_name(template), template.gold_sql) is not None
+        columns = value_columns(evidence_table_name(template), template.gold_sql)
+        return (super().applies(template) and columns is not None
+                and (template.spec.scope is Scope.patient or columns[1] is None))
 
     def make(self, con, task, template, rng):
         ev = table_evidence(con, task)
@@ -63,16 +72,11 @@ class PlaceholderValue(NoiseSubtype):
         if flagged_on_source(con, ev, rule):
             raise Rejected("evidence_has_placeholder")
         patient = is_patient(template)
-        texts = self._texts(patient, measurement=number is not None)
-        blank = {number: None} if number and patient else {}
+        if number and not patient:
+            raise Rejected("population_over_a_number")
+        texts = placeholders()["masks"] + (placeholders()["errors"] if number else [])
+        blank = {number: None} if number else {}
         chosen = pick(ev.rows, patient, rng)
         masked = [{**row, text: str(rng.choice(texts)), **blank} for row in chosen]
         patch = sibling_patch(con, ev.table, chosen, masked, alteration(ev, chosen, masked))  # pharmacy keeps the route
         return scoped_twin(task, template, ev, patch, rule)
-
-    @staticmethod
-    def _texts(patient: bool, measurement: bool) -> list[str]:
-        """Measurements: masks or error texts (population: error texts, the number stays). Other columns: masks."""
-        if not measurement:
-            return placeholders()["masks"]
-        return placeholders()["masks"] + placeholders()["errors"] if patient else placeholders()["errors"]
