@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from pipeline.agents import get_agent
-from pipeline.agents.llm import POPULATION_CONVENTION, user_message
+from pipeline.agents.llm import SYSTEM_PROMPT, VALIDITY_RULES, user_message
 from pipeline.templates.answers import AnswerFormat, AnswerValue, answer_format
 from pipeline.templates.lint import asked_in, lint_file
 from pipeline.templates.registry import load_templates
@@ -75,20 +75,19 @@ def test_the_llm_prompt_shows_the_answer_format():
     text = user_message("What was the last Sodium?", "patient", "laboratory", fmt.model_dump(mode="json"))
     assert text.splitlines()[1] == "Answer format: value: a number in mEq/L; records: {charttime}; value null when the record does not support an answer"
     assert "Answer format" not in user_message("Q?", "patient", "laboratory", None)
-    population = user_message("Median Sodium?", "population", "laboratory", fmt.model_dump(mode="json")).splitlines()
-    assert population[1] == POPULATION_CONVENTION and population[2].startswith("Answer format: ")  # how repairs count
-    assert POPULATION_CONVENTION not in text
 
 
-def test_the_population_convention_names_every_repair_contract():
-    """Every sub-type that repairs a population answer leaves out records of a kind the convention names."""
+def test_the_system_prompt_states_which_values_are_invalid():
+    """Every value- and record-level contract that judges a value (abstain on a patient question, leave out of a
+    population answer) is a rule the agent is told, not one it has to guess."""
     from pipeline.noise.base import subtypes
 
-    named = {"null_value": "missing", "implausible_value": "impossible", "unit_mismatch": "unit",
-             "placeholder_value": "placeholder", "conflicting_duplicate": "twice", "displaced_time": "timed outside"}
-    assert set(named) >= {n for n, s in subtypes().items() if n not in ("missing_record", "orphan_reference")
-                          and s.level != "query"}
-    assert all(word in POPULATION_CONVENTION for word in named.values())
+    named = {"null_value": "missing", "implausible_value": "impossible", "unit_mismatch": "do not guess the intended unit",
+             "placeholder_value": "placeholder", "conflicting_duplicate": "both rows are invalid",
+             "displaced_time": "timed outside"}
+    judged = {n for n, s in subtypes().items() if s.level == "value" or n in ("conflicting_duplicate", "displaced_time")}
+    assert judged == set(named)
+    assert all(words in VALIDITY_RULES for words in named.values()) and VALIDITY_RULES in SYSTEM_PROMPT
 
 
 @pytest.fixture(scope="module")

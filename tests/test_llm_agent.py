@@ -9,7 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from pipeline.agents import get_agent
-from pipeline.agents.base import AgentContext
+from pipeline.agents.base import AgentContext, read_context
+from pipeline.agents.reading import Reader
 from pipeline.env.verifier import registry_template
 from pipeline.agents.llm import LLMError
 from pipeline.env.records import ToolResult
@@ -69,7 +70,7 @@ class RecordingEpisode:
 
     def __init__(self):
         self.calls, self.done = [], False
-        self.observation = {"task_id": "t1", "question": "What was the last Sodium value of patient 1?",
+        self.observation = {"task_id": "t1", "question": QUESTION,
                             "scope": "patient", "intent": "laboratory", "tables": ["labevents"], "tools": SPECS}
 
     def call(self, tool: str, arguments: dict) -> ToolResult:
@@ -80,9 +81,11 @@ class RecordingEpisode:
         return ToolResult(ok=True, content="value\n140.0\n(1 rows)", columns=["value"], rows=[[140.0]])
 
 
+QUESTION = "What was the last Sodium value of patient 1 during hospital admission 2?"
+
+
 def context() -> AgentContext:
-    return AgentContext(task_id="t1", question="?", template=registry_template("lab_last_value_in_admission"),
-                        slots={"subject_id": 1, "hadm_id": 2, "lab_label": "Sodium"})
+    return read_context("t1", QUESTION, Reader([registry_template("lab_last_value_in_admission")], "test"))
 
 
 def test_llm_agent_runs_a_scripted_conversation(monkeypatch):
@@ -99,7 +102,7 @@ def test_llm_agent_runs_a_scripted_conversation(monkeypatch):
     first, second = server.requests
     assert first["model"] == "scripted" and first["seed"] == 7 and first["tools"] == SPECS
     assert [m["role"] for m in first["messages"]] == ["system", "user"]
-    assert "What was the last Sodium value of patient 1?" in first["messages"][1]["content"]
+    assert QUESTION in first["messages"][1]["content"]
     assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "tool"]
     assert second["messages"][2]["tool_calls"][0]["id"] == "c1"
     assert second["messages"][3] == {"role": "tool", "tool_call_id": "c1", "content": "value\n140.0\n(1 rows)"}

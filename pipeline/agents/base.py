@@ -1,10 +1,12 @@
 """The agent interface, what a scripted agent may know (AgentContext), and helpers that act through an episode's tools.
 
-Information boundary. `context_for(release, task_id)` holds what a perfect question parser would extract
-from the question: the task id and question, the template (id, Answer spec, gold SQL template, evidence SQL
-template: template-level knowledge, the same for every task of the template) and the question's slots. It
-also carries the task's hidden label, but `Agent.run` strips it before a non-privileged agent sees the
-context: only an agent whose class sets `privileged = True` (the `oracle`, an upper bound) ever reads it.
+Information boundary. `context_for(release, task_id)` reads the agent-visible question back into its template
+and slots (`pipeline.agents.reading`: the release's public phrasings, matched exactly): the task id and question,
+the template (id, Answer spec, gold SQL template, evidence SQL template: template-level knowledge, the same for
+every task of the template) and the slot values the question states. Nothing of it comes from the label. The
+task's hidden label is attached as `label` only; `Agent.run` strips it before a non-privileged agent sees the
+context, and refuses a non-privileged agent a context that was not read from the episode's question. Only an
+agent whose class sets `privileged = True` (the `oracle`, an upper bound) reads the label.
 Every agent acts only through the episode's tools (sql / python / schema / answer), so its trajectory is real.
 """
 
@@ -14,8 +16,9 @@ import math
 from typing import Any, ClassVar
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
+from pipeline.agents.reading import Reader, reader_for, reading_key
 from pipeline.env.records import ToolResult
 from pipeline.release.records import LabelRecord
 from pipeline.templates.answers import AnswerShapeError, AnswerValue, canonical_answer
@@ -33,6 +36,12 @@ class AgentContext(BaseModel):
     template: Template
     slots: dict[str, Any]
     label: LabelRecord | None = None
+    _read: str | None = PrivateAttr(default=None)  # the reading template and slots came from (read_context only)
+
+    @property
+    def read_from_question(self) -> bool:
+        """True when the template and slots are exactly what reading `question` gave (not built or edited by hand)."""
+        return self._read is not None and self._read == reading_key(self.question, self.template, self.slots)
 
     def public(self) -> AgentContext:
         """The context without the hidden label: what the question alone tells."""
@@ -43,15 +52,23 @@ class AgentContext(BaseModel):
         return render_sql(sql_template, typed_slots(self.template, self.slots if slots is None else slots))
 
 
+def read_context(task_id: str, question: str, reader: Reader) -> AgentContext:
+    """The public context of a question: its template and slots read from the question text alone."""
+    reading = reader.read(question)
+    context = AgentContext(task_id=task_id, question=question, template=reading.template, slots=reading.slots)
+    context._read = reading_key(question, reading.template, reading.slots)
+    return context
+
+
 def context_for(release, task_id: str) -> AgentContext:
-    """The context of one task of a release (its label stays inside; `Agent.run` strips it for most agents); the
-    template is the release's own (`Release.template`), as the task was built from it."""
-    label = release.label(task_id)
-    task = next((t for t in release.tasks() if t.task_id == task_id), None)
-    if task is None:
-        raise ValueError(f"task {task_id!r} is not in the release (it has a label but no agent-visible record)")
-    return AgentContext(task_id=task_id, question=task.question, template=release.template(label),
-                        slots=dict(label.slots), label=label)
+    """The context of one task of a release: read from its agent-visible record with the release's own templates
+    (`reading.reader_for`), plus the hidden label as `label` only (`Agent.run` strips it for most agents)."""
+    try:
+        task = release.task(task_id)
+    except KeyError:
+        raise ValueError(f"task {task_id!r} has no agent-visible record in release {release.version}") from None
+    context = read_context(task_id, task.question, reader_for(release))
+    return context.model_copy(update={"label": release.label(task_id)})
 
 
 class Agent:
@@ -69,6 +86,11 @@ class Agent:
         if context.task_id != episode.observation["task_id"]:
             raise ValueError(f"context of task {context.task_id!r} given for episode "
                              f"{episode.observation['task_id']!r}")
+        if not self.privileged and not (context.read_from_question
+                                        and context.question == episode.observation["question"]):
+            raise ValueError(f"agent {self.name!r} (not privileged) was given a context for task "
+                             f"{context.task_id!r} that was not read from the episode's question; build it with "
+                             f"context_for or read_context")
         self.act(episode, context if self.privileged else context.public(), seed)
 
     def act(self, episode, context: AgentContext, seed: int) -> None:

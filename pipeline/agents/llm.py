@@ -18,31 +18,29 @@ from pipeline.agents import register
 from pipeline.agents.base import Agent, AgentContext
 from pipeline.templates.answers import AnswerFormat
 
+# Which values count, stated to every agent (the repair every population noise contract computes, and the reason a
+# patient question on an invalid value has no answer: docs/noise.md), so a scored answer follows a rule the agent
+# was told rather than one it has to guess.
+VALIDITY_RULES = (
+    "A value is invalid when it is missing, physiologically impossible, in a unit that does not fit the "
+    "measurement (do not guess the intended unit), a placeholder or error text instead of a result, contradicted "
+    "by another row of the same measurement at the same time (both rows are invalid), or timed outside its "
+    "admission or ICU stay. A patient-level question whose asked value is invalid has no answer (null); a "
+    "population-level answer leaves invalid records out and counts the valid ones."
+)
+
 SYSTEM_PROMPT = (
     "You answer questions about a hospital's electronic health record (MIMIC-IV tables in DuckDB) using the "
     "tools. Look at the evidence before answering: check that the patient, admission, ICU stay and named "
-    "concepts exist, and that the values you rely on are present, unique and plausible. Finish with the answer "
-    "tool; answer null when the record does not support an answer."
-)
-
-
-# How a population answer treats invalid records: the repair every population noise contract computes
-# (docs/noise.md), stated to every population task, clean or noisy alike, so the scored answer follows a rule the
-# agent was told rather than one it has to guess.
-POPULATION_CONVENTION = (
-    "Population answers count valid records only: leave out a value that is missing, physiologically impossible, "
-    "in a unit that does not fit the measurement, or a placeholder or error text; both rows of one measurement "
-    "charted twice with different values; and an event timed outside its admission or ICU stay."
+    "concepts exist, and that the values you rely on are present, unique and plausible. " + VALIDITY_RULES + " "
+    "Finish with the answer tool; answer null when the record does not support an answer."
 )
 
 
 def user_message(question: str, scope: str, intent: str, answer_format: dict | AnswerFormat | None) -> str:
-    """The first user turn: the question, the population convention (population scope) and the answer format the
-    verifier scores (one wording for evaluation and for the SFT records, so a tuned model sees what it was tuned
-    on)."""
+    """The first user turn: the question and the answer format the verifier scores (one wording for evaluation
+    and for the SFT records, so a tuned model sees what it was tuned on)."""
     text = f"Question ({scope} level, {intent}): {question}"
-    if scope == "population":
-        text += "\n" + POPULATION_CONVENTION
     if answer_format is not None:
         text += "\nAnswer format: " + AnswerFormat.model_validate(answer_format).describe()
     return text
