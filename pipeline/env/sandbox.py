@@ -1,9 +1,12 @@
 """The Python tool: agent code runs in a limited child process that reaches the data only through the gateway.
 
-The child gets a cleared environment, a fresh scratch folder as cwd (removed afterwards), CPU-time, address-space,
-file-size and process limits, a wall-clock kill, a new user + network + pid namespace when `unshare` works here,
-a Landlock ruleset (read-only Python, read-write scratch, no execute, no TCP; without Landlock the tool refuses to
-run) and an audit hook refusing sockets, subprocesses, ctypes and file access outside scratch as a second layer.
+The child gets a cleared environment, a fresh scratch folder as cwd, CPU-time, address-space, file-size and process
+limits, a wall-clock kill, a new user + network + pid + mount namespace when `unshare` works here (scratch is then a
+size-limited noexec tmpfs), a Landlock ruleset (read-only Python, read-write scratch, no execute, no TCP; without
+Landlock the tool refuses to run) and an audit hook refusing sockets, subprocesses, ctypes, native code from outside
+the interpreter and file access outside scratch as a second layer. A subreaper supervisor (sandbox_supervisor.py)
+kills the call's whole process tree when it ends; a watchdog holds the scratch quota where no tmpfs could be
+mounted; scratch is removed by pipeline/env/scratch.py (no recursion, no long paths, no symlink followed).
 """
 
 from __future__ import annotations
@@ -26,10 +29,14 @@ from pathlib import Path
 
 from pipeline.env.gateway import QueryOutcome
 from pipeline.env.landlock import LANDLOCK_MISSING, landlock_abi
+from pipeline.env.scratch import remove_tree, usage
 
 CHILD_SOURCE = Path(__file__).with_name("sandbox_child.py")
 LANDLOCK_SOURCE = Path(__file__).with_name("landlock.py")
+SUPERVISOR_SOURCE = Path(__file__).with_name("sandbox_supervisor.py")
 MAX_MESSAGE = 8 << 20  # bytes of one channel message
+WATCH_SECONDS = 0.2  # how often the parent measures scratch when no tmpfs holds its quota
+CLEANUP_SECONDS = 8.0  # the supervisor's time to kill its tree before the parent SIGKILLs its group
 UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
 
@@ -42,6 +49,8 @@ class SandboxLimits:
     memory_bytes: int = 2 << 30
     file_bytes: int = 16 << 20
     output_chars: int = 20_000
+    scratch_bytes: int = 64 << 20
+    scratch_entries: int = 4_096
 
 
 @cache
@@ -61,6 +70,19 @@ def namespaces_available() -> bool:
         return False
 
 
+@cache
+def scratch_mount_available() -> bool:
+    """Whether the child can mount a tmpfs over its scratch folder inside its own namespaces here."""
+    probe = "import ctypes, sys; sys.exit(ctypes.CDLL(None).mount(b'tmpfs', b'/tmp', b'tmpfs', 14, b'size=1m'))"
+    if not namespaces_available():
+        return False
+    try:
+        run = subprocess.run([*UNSHARE, sys.executable, "-I", "-S", "-c", probe], capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return run.returncode == 0
+
+
 def _rlimits(limits: SandboxLimits) -> dict[str, tuple[int, int]]:
     return {"cpu": (limits.cpu_seconds, limits.cpu_seconds + 1), "as": (limits.memory_bytes, limits.memory_bytes),
             "fsize": (limits.file_bytes, limits.file_bytes), "nofile": (64, 64), "core": (0, 0)}
@@ -76,18 +98,22 @@ def _preexec(limits: SandboxLimits) -> Callable[[], None] | None:
 
 
 def _command(limits: SandboxLimits | None = None) -> list[str]:
-    """prlimit (when present) -> unshare (when it works) -> `python -I -c <child source>`."""
+    """supervisor -> prlimit (when present) -> unshare (when it works) -> `python -I -c <child source>`; every
+    program by absolute path (the supervisor starts the next one without a PATH)."""
     child = [sys.executable, "-I", "-c", LANDLOCK_SOURCE.read_text() + "\n" + CHILD_SOURCE.read_text()]
-    wrapped = [*UNSHARE, *child] if namespaces_available() else child
-    if shutil.which("prlimit") is None:
-        return wrapped
-    options = [f"--{name}={soft}:{hard}" for name, (soft, hard) in _rlimits(limits or SandboxLimits()).items()]
-    return ["prlimit", *options, "--", *wrapped]
+    wrapped = [shutil.which("unshare"), *UNSHARE[1:], *child] if namespaces_available() else child
+    if shutil.which("prlimit") is not None:
+        options = [f"--{name}={soft}:{hard}" for name, (soft, hard) in _rlimits(limits or SandboxLimits()).items()]
+        wrapped = [shutil.which("prlimit"), *options, "--", *wrapped]
+    return [sys.executable, "-I", "-S", "-c", SUPERVISOR_SOURCE.read_text(), *wrapped]
 
 
 def _environment(limits: SandboxLimits, audit_hook: bool) -> dict[str, str]:
+    mount = namespaces_available() and scratch_mount_available()
+    tmpfs = f"{limits.scratch_bytes}:{limits.scratch_entries + 1}:{os.readlink('/proc/self/ns/mnt')}" if mount else ""
     return {"POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1", "EHRGYM_OUTPUT_CAP": str(limits.output_chars),
-            "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", "EHRGYM_AUDIT_HOOK": "1" if audit_hook else "0"}
+            "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", "EHRGYM_AUDIT_HOOK": "1" if audit_hook else "0",
+            "EHRGYM_SCRATCH_TMPFS": tmpfs}
 
 
 def _reply(outcome: QueryOutcome) -> dict:
@@ -98,8 +124,9 @@ def _reply(outcome: QueryOutcome) -> dict:
 class _Session:
     """One child process and its JSON-line channel; every read and write respects the wall-clock deadline."""
 
-    def __init__(self, process: subprocess.Popen, deadline: float):
-        self.process, self.deadline, self.buffer = process, deadline, b""
+    def __init__(self, process: subprocess.Popen, deadline: float, watch: Callable[[], str | None]):
+        self.process, self.deadline, self.buffer, self.watch, self.stopped = process, deadline, b"", watch, None
+        self.watched = time.monotonic()
         self.fd = process.stdout.fileno()
         os.set_blocking(self.fd, False)
         self.selector = selectors.DefaultSelector()
@@ -123,8 +150,15 @@ class _Session:
     def _line(self) -> bytes | None:
         while b"\n" not in self.buffer:
             remaining = self.deadline - time.monotonic()
-            if remaining <= 0 or len(self.buffer) > MAX_MESSAGE or not self.selector.select(remaining):
+            if remaining <= 0 or len(self.buffer) > MAX_MESSAGE:
                 return None
+            ready = self.selector.select(min(remaining, WATCH_SECONDS))
+            if time.monotonic() - self.watched >= WATCH_SECONDS:
+                self.stopped, self.watched = self.watch(), time.monotonic()
+                if self.stopped:
+                    return None
+            if not ready:
+                continue
             chunk = os.read(self.fd, 1 << 16)
             if not chunk:
                 return None
@@ -163,6 +197,12 @@ def _converse(session: _Session, code: str, query: Callable[[str], QueryOutcome]
 
 
 def _kill(process: subprocess.Popen) -> None:
+    """The supervisor kills the call's whole tree on SIGTERM; its process group is SIGKILLed if it does not end."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(CLEANUP_SECONDS)
+    except subprocess.TimeoutExpired:
+        pass
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -170,7 +210,22 @@ def _kill(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def _failure(limits: SandboxLimits, started: float) -> str:
+def _quota(scratch: str, limits: SandboxLimits) -> Callable[[], str | None]:
+    """The watchdog: the reason to stop once scratch passes its quota (a tmpfs, when mounted, is never seen here:
+    the parent then sees the empty folder under the child's mount)."""
+    def over() -> str | None:
+        size, entries = usage(scratch, limits.scratch_entries)
+        if size > limits.scratch_bytes or entries > limits.scratch_entries:
+            return (f"the code was stopped: its scratch folder passed the disk quota ({limits.scratch_bytes >> 20} "
+                    f"MB, {limits.scratch_entries} files and folders)")
+        return None
+
+    return over
+
+
+def _failure(limits: SandboxLimits, started: float, stopped: str | None = None) -> str:
+    if stopped:
+        return stopped
     if time.monotonic() - started >= limits.wall_seconds:
         return f"the code was stopped at the wall-clock limit of {limits.wall_seconds:g} s"
     return (f"the code was stopped: it exceeded a sandbox limit (CPU {limits.cpu_seconds} s, memory "
@@ -189,12 +244,13 @@ def run_code(code: str, query: Callable[[str], QueryOutcome], limits=None, *, au
         process = subprocess.Popen(_command(limits), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.DEVNULL, cwd=scratch, env=_environment(limits, audit_hook),
                                    preexec_fn=_preexec(limits), start_new_session=True, close_fds=True)
+        session = _Session(process, started + limits.wall_seconds, _quota(scratch, limits))
         try:
-            result = _converse(_Session(process, started + limits.wall_seconds), code, query, limits.output_chars)
+            result = _converse(session, code, query, limits.output_chars)
         except (OSError, TimeoutError):
             result = None
         finally:
             _kill(process)
-        return result if result is not None else (False, _failure(limits, started))
+        return result if result is not None else (False, _failure(limits, started, session.stopped))
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)

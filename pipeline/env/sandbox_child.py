@@ -3,10 +3,14 @@
 The parent passes pipeline/env/landlock.py's text followed by this file's text with `python -I -c`; it never
 imports project code. Before agent code runs, the child confines itself with Landlock (read-only Python and system
 libraries, read-write scratch, no execute, no TCP), drops its references to denied modules and installs an audit
-hook as a second layer. Protocol (JSON lines): parent -> child `{"code"}` then `{"ok", "columns", "types", "rows",
-"truncated", "error"}` per query; child -> parent `{"sql"}` per query and finally `{"done", "ok", "output", "cut"}`.
+hook as a second layer. In its own mount namespace (when the parent asks) scratch is first a size- and inode-limited
+tmpfs mounted noexec: no loader (import, ctypes, polars plugins) can map native code from it, and the kernel holds
+the disk quota; the audit hook also refuses any extension module from outside the interpreter's read-only roots.
+Protocol (JSON lines): parent -> child `{"code"}` then `{"ok", "columns", "types", "rows", "truncated", "error"}` per
+query; child -> parent `{"sql"}` per query and finally `{"done", "ok", "output", "cut"}`.
 """
 
+import ctypes
 import io
 import json
 import os
@@ -53,6 +57,26 @@ def _readable(path, mode) -> bool:
     return read_only and real.endswith((".py", ".pyc", ".so")) and real.startswith(_READ_ROOTS)
 
 
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+
+
+def _mount_scratch() -> str | None:
+    """Mount the limited noexec tmpfs over scratch when the parent asks (EHRGYM_SCRATCH_TMPFS="bytes:inodes:the
+    parent's mount namespace"), only inside a mount namespace of its own; the refusal text when it cannot."""
+    quota = os.environ.get("EHRGYM_SCRATCH_TMPFS", "")
+    if not quota:
+        return None
+    size, inodes, parent_namespace = quota.split(":", 2)
+    if os.readlink("/proc/self/ns/mnt") == parent_namespace:
+        return "the Python sandbox found no mount namespace of its own for its scratch folder"
+    options = f"size={size},nr_inodes={inodes},mode=0700".encode()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(b"tmpfs", SCRATCH.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options) != 0:
+        return f"the Python sandbox could not mount its scratch folder ({os.strerror(ctypes.get_errno())})"
+    os.chdir(SCRATCH)  # the cwd still named the folder under the mount
+    return None
+
+
 def _confine() -> str | None:
     """Landlock (from landlock.py, prepended by the parent), for this process for good; the refusal text if the
     kernel cannot do it. It binds only the calling thread and the threads it starts later, hence before polars."""
@@ -63,7 +87,7 @@ def _confine() -> str | None:
     return None
 
 
-_UNCONFINED = _confine()
+_UNCONFINED = _mount_scratch() or _confine()
 
 import polars as pl  # noqa: E402  (after Landlock: polars' I/O threads must inherit the ruleset)
 
@@ -98,11 +122,18 @@ def _path_allowed(event: str, args: tuple) -> bool:
     return all(_inside_scratch(p) or (event == "open" and _readable(p, mode)) for p in chosen)
 
 
+def _native_allowed(path) -> bool:
+    """An extension module's file (the `import` event's second argument) loads only from the interpreter's roots."""
+    return isinstance(path, (str, bytes, os.PathLike)) and os.path.realpath(os.fsdecode(path)).startswith(_READ_ROOTS)
+
+
 def _hook(event: str, args: tuple) -> None:
     if event.startswith(_DENIED_EVENTS):
         raise PermissionError(f"sandbox: {event} is not allowed")
     if event == "import" and args and str(args[0]).split(".")[0] in _DENIED_ROOTS:
         raise PermissionError(f"sandbox: import of {args[0]} is not allowed")
+    if event == "import" and len(args) > 1 and args[1] is not None and not _native_allowed(args[1]):
+        raise PermissionError(f"sandbox: no native code from {args[1]!r}: only the interpreter's own modules load")
     if event in _PATH_EVENTS and args and not _path_allowed(event, args):
         raise PermissionError(f"sandbox: no access to {args[0]!r} outside the scratch folder")
 
