@@ -9,6 +9,7 @@ import pytest
 from pipeline.db import scalar
 from pipeline.noise.base import Rejected, subtypes
 from pipeline.noise.overlay import overlay
+from pipeline.noise.measurements import item_span, measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import confusable_units, placeholders
 from pipeline.noise.subtypes.unit_mismatch import expected_units, units_of
@@ -107,6 +108,8 @@ def test_conflicting_duplicate(source, pair_of):
             f"WHERE o.labevent_id = {original['labevent_id']}"
         ).fetchall()
     assert len(values) == 2  # the same measurement, two different values
+    low, high = item_span(source, measurement_tables()["labevents"], copy["itemid"])
+    assert low <= copy["valuenum"] <= high  # a believable reading of the item, or the conflict resolves itself
     assert_patient_trap(pair)
     # A mean moves with the value read, so the conflict matters (a median or a threshold count often does not: the
     # recovery check rejects those, `recoverable_either_value`); both rows of each conflicting measurement go.

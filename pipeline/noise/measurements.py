@@ -76,6 +76,14 @@ def _text_decimals(con, facts: MeasurementTable, item) -> int:
     return int(row[0][0]) if row else 0
 
 
+def item_span(con, facts: MeasurementTable, item) -> tuple[float, float]:
+    """The range the item's real numbers take in the source (1st to 99th percentile): a value written as a
+    plausible reading of the item stays inside it (an SpO2 of 106 % is no reading a careful analyst believes)."""
+    low, high = con.execute(f"SELECT quantile_cont({facts.number}, 0.01), quantile_cont({facts.number}, 0.99) "
+                            f"FROM {facts.name} WHERE {facts.item} = ? AND {facts.number} IS NOT NULL", [item]).fetchall()[0]
+    return (float(low), float(high)) if low is not None else (float("nan"), float("nan"))
+
+
 def written_like(con, facts: MeasurementTable, item, value: float) -> dict:
     """{number column: value, text column: its text} as the item's real rows write them."""
     precision = item_precision(con, facts, item)

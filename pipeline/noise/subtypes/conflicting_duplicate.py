@@ -17,7 +17,7 @@ import polars as pl
 from pipeline.noise.base import NoiseSubtype, Rejected, register
 from pipeline.noise.code_fit import fitting_codes, sex_ranges
 from pipeline.noise.fresh_ids import fresh_ids
-from pipeline.noise.measurements import item_precision, measurement_tables
+from pipeline.noise.measurements import item_precision, item_span, measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import (
     Evidence, Rule, duplicate_rules, evidence_table_name, flagged_on_source, is_patient, pick, read_value_column,
@@ -86,14 +86,16 @@ def _other_texts(con, record: Record, row: dict) -> list:
 
 
 def measured_other(con, ev: Evidence, row: dict, rng) -> dict:
-    """A measurement's conflicting number and text, at the precision its item's real rows use."""
+    """A measurement's conflicting number and text, at the precision its item's real rows use, and inside the
+    range its real readings take (`item_span`): both rows must be believable, or the conflict resolves itself."""
     facts = ev.facts
-    precision = item_precision(con, facts, row[facts.item])
-    value = row[facts.number]
-    changed = precision.number_of(value * float(rng.choice(FACTORS)))
-    if changed == precision.number_of(value):
-        changed = precision.number_of(value + 10 ** -precision.number)
-    return {facts.number: changed, **({facts.text: precision.text_of(changed)} if facts.text else {})}
+    precision, (low, high) = item_precision(con, facts, row[facts.item]), item_span(con, facts, row[facts.item])
+    value = precision.number_of(row[facts.number])
+    scaled = [value * f for f in FACTORS] + [value / f for f in FACTORS]
+    for candidate in (precision.number_of(scaled[i]) for i in rng.permutation(len(scaled))):
+        if candidate != value and low <= candidate <= high:
+            return {facts.number: candidate, **({facts.text: precision.text_of(candidate)} if facts.text else {})}
+    raise Rejected("no_plausible_conflict")
 
 
 def conflicting_copies(con, ev: Evidence, record: Record, rows: list[dict], rng) -> list[dict]:
@@ -114,10 +116,11 @@ class ConflictingDuplicate(NoiseSubtype):
     level = "record"
     requires = ("evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads, and its "
                 "position (seq_num) where the table has one")
-    version = 4  # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
+    version = 5  # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
     # 3: no tells: numbers at the item's precision, non-round time shifts, sex-fitting codes, ids beside the patient's
     # (a code's second row at its position conflicts only for a question that reads the position);
-    # 4: a prescription record is its pharmacy_id, drug_type and drug (an order's base and main rows differ)
+    # 4: a prescription record is its pharmacy_id, drug_type and drug (an order's base and main rows differ);
+    # 5: a measurement's second value lies inside the item's real range (up or down), or the candidate is rejected
 
     def applies(self, template):
         table = evidence_table_name(template)
