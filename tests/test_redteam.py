@@ -42,7 +42,7 @@ def target(demo_db: Path, tmp_path_factory: pytest.TempPathFactory):
     episode.sandbox_limits = SandboxLimits(cpu_seconds=3, wall_seconds=6.0, memory_bytes=1 << 30)
     before = episode.call("sql", {"query": f"SELECT count(*) FROM {table} WHERE {where}"}).rows
     values = {"{release_dir}": str(root), "{db}": str(demo_db), "{catalog}": catalog, "{table}": table,
-              "{hidden_where}": where}
+              "{hidden_where}": where, "{node_padding}": "+1" * 31_000}
     yield {"episode": episode, "values": values, "clean_rows": clean_rows, "before": before,
            "label": release.label(task_id), "table": table, "where": where, "release": release, "task_id": task_id}
     episode.close()
@@ -90,7 +90,9 @@ def test_sql_attack_fails_safely(target, attack: dict):
 ERROR_PROBES = ["SELECT * FROM {table}, {table}", "SELECT {table}.nosuch FROM {table}",
                 "SELECT t.nosuch FROM {table} t", "SELECT nosuch FROM {table}", "SELECT * FROM {table} a, {table} a",
                 "SELECT {table}.* FROM {table} a", "SELECT * FROM {table} JOIN {table} x USING (nosuch)",
-                "SELECT * FROM {table} ORDER BY 999", "SELECT {table} + 1 FROM {table}", "SELECT sum(*) FROM {table}"]
+                "SELECT * FROM {table} ORDER BY 999", "SELECT {table} + 1 FROM {table}", "SELECT sum(*) FROM {table}",
+                "SELECT * FROM {table} JOIN {table} x USING (rowid)", "SELECT * FROM {table} TABLESAMPLE 1 ROWS",
+                "SELECT * FROM {table} AS x(" + ", ".join(f"c{i}" for i in range(60)) + ")"]
 
 
 def test_error_text_is_the_same_in_the_clean_and_the_noisy_episode_of_a_pair(target):

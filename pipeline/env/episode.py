@@ -9,7 +9,7 @@ from typing import Any
 
 import duckdb
 
-from pipeline.env.gateway import Gateway, Limits, QueryOutcome
+from pipeline.env.gateway import MAX_RESULT_CHARS, Gateway, Limits, QueryOutcome
 from pipeline.env.records import QueryRecord, ToolCall, ToolResult, Trajectory
 from pipeline.env.tools import BadArguments, parse_arguments, tool_specs
 from pipeline.noise.overlay import overlay
@@ -25,10 +25,13 @@ def error(message: str) -> ToolResult:
     return ToolResult(ok=False, content=f"Error: {message}", error=message)
 
 
-def render_table(columns: list[str], rows: list[list[Any]], truncated: bool) -> str:
-    """Rows as a pipe-separated text table, with the row count (and a note when the cap cut them)."""
+def render_table(columns: list[str], rows: list[list[Any]], truncated: bool, size_capped: bool = False) -> str:
+    """Rows as a pipe-separated text table, with the row count (and a note when a cap cut them)."""
     lines = [" | ".join(columns)] + [" | ".join(str(v)[:MAX_CELL] for v in row) for row in rows]
     note = f"({len(rows)} rows shown; more rows exist, refine the query)" if truncated else f"({len(rows)} rows)"
+    if size_capped:
+        note = (f"({len(rows)} rows shown; the result was cut at {MAX_RESULT_CHARS:,} characters of values, "
+                "refine the query)")
     return "\n".join(lines + [note])
 
 
@@ -99,8 +102,9 @@ class Episode:
         outcome = self.query(query, "sql")
         if not outcome.ok:
             return error(outcome.error or "query failed")
-        return ToolResult(ok=True, content=render_table(outcome.columns, outcome.rows, outcome.truncated),
-                          columns=outcome.columns, rows=outcome.rows, truncated=outcome.truncated)
+        content = render_table(outcome.columns, outcome.rows, outcome.truncated, outcome.size_capped)
+        return ToolResult(ok=True, content=content, columns=outcome.columns, rows=outcome.rows,
+                          truncated=outcome.truncated)
 
     def _tool_python(self, code: str) -> ToolResult:
         from pipeline.env.sandbox import SandboxLimits, run_code

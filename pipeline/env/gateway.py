@@ -21,6 +21,7 @@ from pipeline.env.sqlcheck import SqlRefused, admit_cached, allowed_functions
 
 DEFAULT_LIMITS = {"row_cap": 500, "seconds": 5.0, "memory_limit": "2GB", "threads": 2}
 MAX_TEXT = 10_000  # characters of one text value returned to the agent
+MAX_RESULT_CHARS = 256_000  # characters of values one result may hold in the host and the trajectory
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class QueryOutcome:
     truncated: bool = False
     error: str | None = None
     types: list[str] | None = None
+    size_capped: bool = False  # values were cut or rows dropped at MAX_RESULT_CHARS
 
 
 class Watchdog:
@@ -97,8 +99,32 @@ def open_locked(db_path: Path, limits: Limits) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def plain(value: Any) -> Any:
-    """A JSON-plain version of a DuckDB value (timestamps as ISO text, decimals as floats, NaN as None)."""
+class Budget:
+    """Characters a result may still take; text, lists and maps are cut when it runs out (a list of large strings
+    must not reach the trajectory whole)."""
+
+    def __init__(self, chars: int = MAX_RESULT_CHARS) -> None:
+        self.left = chars
+
+    def text(self, value: str) -> str:
+        keep = max(0, min(len(value), MAX_TEXT, self.left))
+        self.left -= max(keep, 1)
+        return value if keep == len(value) else value[:keep] + f"...[{len(value) - keep} more characters]"
+
+    def items(self, values: list) -> list:
+        out = []
+        for value in values:
+            if self.left <= 0:
+                return out + [f"...[{len(values) - len(out)} more items]"]
+            out.append(plain(value, self))
+        return out
+
+
+def plain(value: Any, budget: Budget | None = None) -> Any:
+    """A JSON-plain version of a DuckDB value (timestamps as ISO text, decimals as floats, NaN as None), cut to the
+    result's character budget."""
+    budget = budget if budget is not None else Budget()
+    budget.left -= 0 if isinstance(value, (str, list, tuple, dict)) else 8
     if isinstance(value, dt.datetime):
         return value.isoformat(sep=" ")
     if isinstance(value, (dt.date, dt.time)):
@@ -110,15 +136,16 @@ def plain(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).hex()
+        return budget.text(bytes(value[: MAX_TEXT]).hex()[:MAX_TEXT])
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
+        return budget.items(list(value))
     if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, str) and len(value) > MAX_TEXT:
-        return value[:MAX_TEXT] + f"...[{len(value) - MAX_TEXT} more characters]"
+        keys = list(value)
+        return dict(zip((str(k) for k in keys), budget.items([value[k] for k in keys]), strict=False))
+    if isinstance(value, str):
+        return budget.text(value)
     return value
 
 
@@ -173,13 +200,24 @@ class Gateway:
             result = self.cursor.execute(text)
             columns = [d[0] for d in result.description or []]
             types = [str(d[1]) for d in result.description or []]
-            rows = result.fetchmany(self.limits.row_cap + 1)
+            rows, budget = self._fetch(result)
         except duckdb.InterruptException:
             return QueryOutcome(False, [], [], error=f"query exceeded the time limit of {self.limits.seconds:g} s")
         except (duckdb.Error, RuntimeError, ValueError, OverflowError, MemoryError) as err:
             return QueryOutcome(False, [], [], error=clean_error(err))
         finally:
             WATCHDOG.disarm(token)
-        cut = len(rows) > self.limits.row_cap
-        return QueryOutcome(True, columns, [[plain(v) for v in row] for row in rows[: self.limits.row_cap]], cut,
-                            types=types)
+        capped = budget.left <= 0
+        cut = len(rows) > self.limits.row_cap or capped
+        return QueryOutcome(True, columns, rows[: self.limits.row_cap], cut, types=types, size_capped=capped)
+
+    def _fetch(self, result: duckdb.DuckDBPyConnection) -> tuple[list[list[Any]], Budget]:
+        """Up to row_cap + 1 rows, one at a time, made plain under one character budget: once it is spent no
+        further row is converted (500 rows of large strings would otherwise all be held in the host)."""
+        rows, budget = [], Budget()
+        while len(rows) <= self.limits.row_cap and budget.left > 0:
+            row = result.fetchone()
+            if row is None:
+                break
+            rows.append([plain(v, budget) for v in row])
+        return rows, budget

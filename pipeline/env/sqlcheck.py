@@ -14,7 +14,8 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from pipeline.env.sqlfunctions import ALLOWED_FUNCTIONS
+from pipeline.env.sqlfunctions import ALLOWED_FUNCTIONS, BOUNDED
+from pipeline.source.schema import load_schema
 
 _READ_ROOTS = (exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Subquery)
 _DENIED_NODES = tuple(
@@ -40,6 +41,10 @@ _SYSTEM_NAME = re.compile(
     r"|columns|constraint_column_usage|constraint_table_usage|key_column_usage|referential_constraints|schemata"
     r"|tables|table_constraints|views)$)", re.IGNORECASE)
 MAX_QUERY_CHARS = 64_000  # parsing costs ~8 us a character: a cap keeps one hostile query under half a second
+MAX_QUERY_NODES = 20_000  # the checks walk every node; the demo's largest reference program has 1,379
+# Pseudo-columns a base table has and an overlay view has not: in any position they would tell which is patched.
+_PSEUDO_COLUMNS = frozenset({"rowid"})
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
 class SqlRefused(ValueError):
@@ -77,34 +82,61 @@ def _check_names(tree: exp.Expression) -> None:
             raise SqlRefused(f"the name {alias.name!r} is reserved; choose another CTE or table alias")
 
 
-def _visible_ctes(node: exp.Expression) -> set[str]:
-    """The CTE names in scope at `node`: those of every enclosing WITH, and inside a CTE's own body only the CTEs
-    defined before it (a name declared in a nested query is not visible outside it)."""
-    names: set[str] = set()
-    child, parent = node, node.parent
-    while parent is not None:
-        if isinstance(parent, exp.With):
-            ctes = parent.expressions
-            index = next((i for i, cte in enumerate(ctes) if cte is child), len(ctes))
-            before = ctes[:index]
-            names.update(cte.alias_or_name.lower() for cte in before)
-        else:
-            with_ = parent.args.get("with_") or parent.args.get("with")
-            if isinstance(with_, exp.With) and with_ is not child:
-                names.update(cte.alias_or_name.lower() for cte in with_.expressions)
-        child, parent = parent, parent.parent
-    return names
+class _Ctes:
+    """Where each WITH declares each CTE name (first position), computed once per WITH: the visibility check is
+    then one lookup per enclosing query (scanning every CTE list per table reference made admission quadratic)."""
+
+    def __init__(self) -> None:
+        self._index: dict[int, dict[str, int]] = {}
+
+    def _declared(self, with_: exp.With) -> dict[str, int]:
+        if id(with_) not in self._index:
+            names: dict[str, int] = {}
+            for i, cte in enumerate(with_.expressions):
+                names.setdefault(cte.alias_or_name.lower(), i)
+            self._index[id(with_)] = names
+        return self._index[id(with_)]
+
+    def visible(self, node: exp.Expression, name: str) -> bool:
+        """Whether CTE `name` is in scope at `node`: declared by an enclosing WITH, and inside a CTE's own body
+        only if declared before it (a name declared in a nested query is not visible outside it)."""
+        child, parent = node, node.parent
+        while parent is not None:
+            if isinstance(parent, exp.With):
+                if self._declared(parent).get(name, len(parent.expressions)) < (child.index or 0):
+                    return True
+            else:
+                with_ = parent.args.get("with_") or parent.args.get("with")
+                if isinstance(with_, exp.With) and with_ is not child and name in self._declared(with_):
+                    return True
+            child, parent = parent, parent.parent
+        return False
 
 
-def _check_table(node: exp.Table, tables: frozenset[str]) -> None:
+def _check_table(node: exp.Table, tables: frozenset[str], ctes: _Ctes) -> None:
     target = node.this
     if not isinstance(target, exp.Identifier):
         raise SqlRefused(f"table functions are not allowed: {node.sql(dialect='duckdb')[:80]}")
     if node.args.get("db") or node.args.get("catalog"):
         raise SqlRefused(f"use unqualified table names: {node.sql(dialect='duckdb')[:80]}")
     name = target.name.lower()
-    if name not in tables and name not in _visible_ctes(node):
+    is_cte = ctes.visible(node, name)
+    if name not in tables and not is_cte:
         raise SqlRefused(f"unknown table {target.name!r}; call schema() for the tables of this task")
+    if node.args.get("sample"):
+        raise SqlRefused("sampling (TABLESAMPLE, USING SAMPLE) is not available; use ORDER BY ... LIMIT")
+    if not is_cte:
+        _check_alias_columns(node, name)
+
+
+def _check_alias_columns(node: exp.Table, name: str) -> None:
+    """A column-alias list longer than the table: the binder names the table for a base table and the alias for a
+    view (an overlay), so the check answers first, the same way for both."""
+    alias = node.args.get("alias")
+    named = len(alias.columns) if isinstance(alias, exp.TableAlias) else 0
+    have = len(load_schema()[name].column_names) if name in load_schema() else None
+    if have is not None and named > have:
+        raise SqlRefused(f"the alias list of table {name} names {named} columns; it has {have}")
 
 
 def _check_pivot(node: exp.Pivot) -> None:
@@ -123,13 +155,17 @@ _CLASS_NAMES: dict[tuple, str | None] = {}
 def _function_name(node: exp.Func) -> str | None:
     """The DuckDB name a function node is generated as. A known sqlglot class with the same set of arguments and
     flags is generated under the same name, so it is rendered once per such shape (rendering every node made the
-    check quadratic)."""
+    check quadratic). JSON functions sqlglot renders as operators (`json_extract(j, p)` as `j -> p`) go by their
+    class name, so the reviewed list decides them too."""
     if isinstance(node, exp.Anonymous):
         return node.name.lower()
     kind = (type(node), tuple(sorted((k, v) if isinstance(v, bool) else (k, None) for k, v in node.args.items() if v)))
     if kind not in _CLASS_NAMES:
-        match = _LEADING_NAME.match(node.sql(dialect="duckdb"))
-        _CLASS_NAMES[kind] = match.group(1).lower() if match else None
+        if type(node).__name__.upper().startswith("JSON"):
+            _CLASS_NAMES[kind] = _CAMEL.sub("_", type(node).__name__).lower()
+        else:
+            match = _LEADING_NAME.match(node.sql(dialect="duckdb"))
+            _CLASS_NAMES[kind] = match.group(1).lower() if match else None
     return _CLASS_NAMES[kind]
 
 
@@ -146,15 +182,23 @@ def _check_column(node: exp.Column) -> None:
         raise SqlRefused(f"column reference with catalog or schema is not allowed: {node.sql(dialect='duckdb')}")
     if not node.table and node.name.lower() in _KEYWORD_FUNCTIONS:
         raise SqlRefused(f"function {node.name.lower()} is not available")
-    if node.name.lower() == "rowid":  # a table has it and an overlay view has not: it would tell which is patched
-        raise SqlRefused("the rowid pseudo-column is not available")
 
 
-def _check_node(node: exp.Expression, tables: frozenset[str], functions: frozenset[str]) -> None:
+def _check_identifier(node: exp.Identifier) -> None:
+    """Every identifier, not only column references: USING lists, alias lists, PIVOT/UNPIVOT, EXCLUDE..."""
+    if node.name.lower() in _PSEUDO_COLUMNS:  # a table has it and an overlay view has not
+        raise SqlRefused(f"the {node.name.lower()} pseudo-column is not available")
+
+
+def _check_node(node: exp.Expression, tables: frozenset[str], functions: frozenset[str], ctes: _Ctes) -> None:
     if isinstance(node, _DENIED_NODES):
         raise SqlRefused("only read queries (SELECT) are allowed")
-    if isinstance(node, exp.Table):
-        _check_table(node, tables)
+    if isinstance(node, exp.Identifier):
+        _check_identifier(node)
+    elif isinstance(node, exp.TableSample):
+        raise SqlRefused("sampling (TABLESAMPLE, USING SAMPLE) is not available; use ORDER BY ... LIMIT")
+    elif isinstance(node, exp.Table):
+        _check_table(node, tables, ctes)
     elif isinstance(node, exp.Pivot):
         _check_pivot(node)
     elif isinstance(node, exp.Column):
@@ -175,10 +219,36 @@ def admit(sql: str, tables: Iterable[str], functions: frozenset[str]) -> str:
     if not isinstance(tree, _READ_ROOTS):
         raise SqlRefused("only read queries (SELECT) are allowed")
     _check_names(tree)
-    names = frozenset(t.lower() for t in tables)
-    for node in tree.walk():
-        _check_node(node, names, functions)
+    names, ctes, bounded = frozenset(t.lower() for t in tables), _Ctes(), []
+    for count, node in enumerate(tree.walk()):
+        if count >= MAX_QUERY_NODES:
+            raise SqlRefused(f"the query has more than {MAX_QUERY_NODES:,} syntax nodes; simplify it")
+        _check_node(node, names, functions, ctes)
+        if isinstance(node, exp.Func) and _function_name(node) in BOUNDED:
+            bounded.append(node)
+    _bound_arguments(bounded)
     return tree.sql(dialect="duckdb", copy=False)  # the tree is ours and discarded: no defensive copy
+
+
+@lru_cache(maxsize=64)
+def _length_guard(name: str, max_chars: int) -> exp.Expression:
+    """`x` as an expression that fails the query when x is longer than max_chars, evaluating x once (a CASE would
+    repeat x, and nested calls would double the text at every level)."""
+    return sqlglot.parse_one(
+        f"LIST_TRANSFORM([__arg], LAMBDA __s : CASE WHEN LENGTH(__s) > {max_chars} THEN ERROR('{name}() accepts text "
+        f"of at most {max_chars:,} characters') ELSE __s END)[1]", read="duckdb")
+
+
+def _bound_arguments(nodes: list[exp.Func]) -> None:
+    """Wrap the two text arguments of each bounded function (sqlfunctions.yaml) in its length guard."""
+    for node in nodes:  # pre-order: an inner call's guard is built inside the outer call's argument, not copied
+        name = _function_name(node)
+        args = node.expressions[:2] if isinstance(node, exp.Anonymous) else [node.this, node.args.get("expression")]
+        for arg in (a for a in args if isinstance(a, exp.Expression)):
+            guard = _length_guard(name, BOUNDED[name]).copy()
+            placeholder = guard.find(exp.Column)
+            arg.replace(guard)
+            placeholder.replace(arg)
 
 
 @lru_cache(maxsize=4096)
