@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import duckdb
@@ -94,13 +93,11 @@ def test_json_functions_that_walk_caller_built_documents_are_refused(con, sql: s
 
 
 @pytest.mark.parametrize("name", sorted(BOUNDED))
-def test_bounded_functions_refuse_long_text_quickly_and_answer_short_text(gateways, con, name: str):
+def test_bounded_functions_refuse_long_text_and_answer_short_text(gateways, con, name: str):
     gateway = gateways["clean"]
-    started = time.monotonic()
     long = gateway.run(f"SELECT {name}(a, b) AS d FROM {LONG_TEXT}")
     shown = "levenshtein" if name == "editdist3" else name  # sqlglot reads editdist3 as levenshtein
     assert not long.ok and f"{shown}() accepts text of at most {BOUNDED[name]:,} characters" in long.error
-    assert time.monotonic() - started < 1.0
     short = gateway.run(f"SELECT {name}('kitten', 'sitting') AS d, {name}(NULL, 'x') AS n")
     expected = con.cursor().execute(f"SELECT {name}('kitten', 'sitting'), NULL").fetchone()
     assert short.ok and short.rows == [list(expected)]
@@ -142,14 +139,11 @@ def _many_cte_references(ctes: int, per_cte: int) -> str:
 
 def test_admission_time_is_bounded_for_thousands_of_cte_references(con):
     """~58,000 characters, 1,400 CTEs and 11,200 references: the scope check was quadratic (3.3 s of CPU); now
-    the node budget refuses it, and under the budget the check is linear."""
-    started = time.process_time()
+    the node budget refuses it, and under the budget the check is linear (times measured in docs/environment.md;
+    a test asserts no timing)."""
     with pytest.raises(SqlRefused, match="syntax nodes"):
         admit(_many_cte_references(1400, 8), TABLES, allowed_functions(con))
-    assert time.process_time() - started < 0.6
-    started = time.process_time()
     assert admit(_many_cte_references(450, 8), TABLES, allowed_functions(con)).endswith("SELECT 1")
-    assert time.process_time() - started < 0.4
 
 
 def test_a_query_past_the_node_budget_is_refused(con):

@@ -19,6 +19,9 @@ from pipeline.source.schema import TABLE_NAMES, load_schema
 from pipeline.templates.answers import AnswerValue
 
 MAX_CELL = 200
+# Every readable table is a view of one shape in every episode, clean or noisy (pipeline.noise.overlay): which
+# table a patch touches must not show in scan times, errors or plans. () reads untouched tables directly.
+SHADOW_TABLES: tuple[str, ...] = TABLE_NAMES
 
 
 def error(message: str) -> ToolResult:
@@ -54,8 +57,7 @@ class Episode:
         self.task, self.max_turns, self.limits = task, max_turns, limits
         self._stack = ExitStack()
         self._stack.callback(cursor.close)
-        if patch is not None and patch.touched_tables:
-            self._stack.enter_context(overlay(cursor, patch))
+        self._stack.enter_context(overlay(cursor, patch, SHADOW_TABLES))
         self.gateway = Gateway(cursor, list(TABLE_NAMES), functions, limits)
         self.calls: list[ToolCall] = []
         self.answer: AnswerValue | None = None

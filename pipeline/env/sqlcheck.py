@@ -140,13 +140,15 @@ def _check_alias_columns(node: exp.Table, name: str) -> None:
 
 
 def _check_pivot(node: exp.Pivot) -> None:
-    """PIVOT without an IN list makes DuckDB create an ENUM type in the temp catalog (a write): require the list."""
+    """PIVOT without an IN list, or with a subquery for it, makes DuckDB create an ENUM type in the temp catalog
+    (a write, one per call, kept for the episode's life): require a list of values."""
     if node.args.get("unpivot"):
         return
     ons = list(node.args.get("fields") or node.expressions)  # standard form: FOR col IN (...); DuckDB's: ON col
-    if not ons or not all(isinstance(on, exp.In) and (on.expressions or on.args.get("query")) for on in ons):
-        raise SqlRefused("PIVOT needs an explicit IN list for every ON column, e.g. PIVOT t ON k IN ('a', 'b') "
-                         "USING count(*)")
+    if not ons or not all(isinstance(on, exp.In) and on.expressions and not on.args.get("query")
+                          and not any(e.find(exp.Query) for e in on.expressions) for on in ons):
+        raise SqlRefused("PIVOT needs an explicit IN list of values (no subquery) for every ON column, e.g. "
+                         "PIVOT t ON k IN ('a', 'b') USING count(*)")
 
 
 _CLASS_NAMES: dict[tuple, str | None] = {}

@@ -1,13 +1,14 @@
 """Copy-on-write overlays: a patch becomes temp views over the read-only source, one per touched table.
 
 A view named like the table (`labevents`) shadows the source table for unqualified names: the source rows
-minus the hidden keys, plus the added rows. Untouched tables are the source's own. No table is copied; the
-cost is O(patch).
+minus the hidden rowids, plus the added rows, in the source's order. Untouched tables are the source's own unless
+shadowed by a no-op view of the same shape (episodes shadow every table). No table is copied; creating an
+overlay costs one scan per touched table to resolve the hidden keys to rowids.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,38 +33,55 @@ def _anchor_column(columns) -> str:
     return "subject_id" if "subject_id" in columns else columns[0]
 
 
-def _create_table_overlay(con: duckdb.DuckDBPyConnection, catalog: str, table: str, patch: TablePatch) -> None:
-    spec = load_schema()[table]
-    source = f'"{catalog}".main.{table}'
-    keys, columns = patch.key_columns, list(spec.column_names)
-    hide_name, add_name = f"__hide_{table}", f"__add_{table}"
+def _weights(table: str) -> dict[str, int]:
+    """How much an equal column says two rows are one record: a time more than a value and its text together, so a
+    duplicate sits by its own row (same time, other value), not by an equal value charted hours apart."""
+    return {c.name: 3 if c.duckdb_type.startswith(("TIMESTAMP", "DATE")) else 1 for c in load_schema()[table].columns}
+
+
+def _apply_patch(con: duckdb.DuckDBPyConnection, source: str, table: str, patch: TablePatch) -> None:
+    """The patch's hidden keys resolved to rowids in `__gone_<table>` (once, not in every scan) and its added rows
+    placed in `__rows_<table>`; `__hide_<table>` and `__add_<table>` show them by key and row to the pipeline."""
+    columns = list(load_schema()[table].column_names)
+    keys, hide_name, rows = patch.key_columns, f"__hide_{table}", f"__rows_{table}"
     con.execute(f"CREATE OR REPLACE TEMP TABLE {hide_name} AS SELECT {', '.join(keys)} FROM {source} LIMIT 0")
     if patch.hide:
-        con.executemany(
-            f"INSERT INTO {hide_name} VALUES ({', '.join('?' for _ in keys)})",
-            [[key[c] for c in keys] for key in patch.hide],
-        )
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {add_name} AS SELECT *, NULL::BIGINT AS __pos, 0::BIGINT AS __sub FROM {source} LIMIT 0")
+        con.executemany(f"INSERT INTO {hide_name} VALUES ({', '.join('?' for _ in keys)})",
+                        [[key[c] for c in keys] for key in patch.hide])
+        on = " AND ".join(f"t.{c} IS NOT DISTINCT FROM h.{c}" for c in keys)
+        con.execute(f"INSERT INTO temp.main.__gone_{table} SELECT t.rowid, 0 FROM {source} t "
+                    f"SEMI JOIN temp.main.{hide_name} h ON {on}")
     if patch.add:
         con.executemany(
-            f"INSERT INTO {add_name} ({', '.join(columns)}, __sub) VALUES ({', '.join('?' for _ in columns)}, ?)",
+            f"INSERT INTO {rows} ({', '.join(columns)}, __sub) VALUES ({', '.join('?' for _ in columns)}, ?)",
             [[row.get(c) for c in columns] + [n + 1] for n, row in enumerate(patch.add)],
         )
-        _place_added(con, source, add_name, columns)
-    on = " AND ".join(f"t.{c} IS NOT DISTINCT FROM h.{c}" for c in keys)
-    con.execute(
-        f"CREATE OR REPLACE TEMP VIEW {table} AS SELECT * EXCLUDE (__pos, __sub) FROM ("
-        f"SELECT t.*, t.rowid AS __pos, 0::BIGINT AS __sub FROM {source} t ANTI JOIN temp.main.{hide_name} h ON {on} "
-        f"UNION ALL SELECT * FROM temp.main.{add_name}) ORDER BY __pos, __sub"
+        _place_added(con, source, rows, table)
+    con.execute(f"CREATE OR REPLACE TEMP VIEW __add_{table} AS SELECT * FROM temp.main.{rows} WHERE __sub > 0")
+
+
+def _noop_overlay_sql(source: str, table: str) -> str:
+    """The one shape of every overlay view: the source rows (position rowid, 0) and `__rows_<table>` (added rows
+    at (neighbour's rowid, 1..n)), less the positions in `__gone_<table>`, in position order. Both tables start
+    with a sentinel at (-1, -1) that cancels out, so an empty patch plans and scans like any other."""
+    rows, gone = f"temp.main.__rows_{table}", f"temp.main.__gone_{table}"
+    return (
+        f"CREATE OR REPLACE TEMP TABLE {rows} AS SELECT s.*, -1::BIGINT AS __pos, -1::BIGINT AS __sub "
+        f"FROM (SELECT 1) d LEFT JOIN (SELECT * FROM {source} LIMIT 0) s ON true;\n"
+        f"CREATE OR REPLACE TEMP TABLE {gone} AS SELECT -1::BIGINT AS __pos, -1::BIGINT AS __sub;\n"
+        f"CREATE OR REPLACE TEMP VIEW {table} AS SELECT u.* EXCLUDE (__pos, __sub) FROM ("
+        f"SELECT t.*, t.rowid AS __pos, 0::BIGINT AS __sub FROM {source} t UNION ALL SELECT * FROM {rows}) u "
+        f"ANTI JOIN {gone} g ON u.__pos = g.__pos AND u.__sub = g.__sub ORDER BY u.__pos, u.__sub"
     )
 
 
-def _place_added(con: duckdb.DuckDBPyConnection, source: str, add_name: str, columns: list[str]) -> None:
+def _place_added(con: duckdb.DuckDBPyConnection, source: str, add_name: str, table: str) -> None:
     """Each added row sits right after the source row most like it (the row it alters or duplicates: most
-    equal columns, same patient; ties: the first), so patched rows come back where the record keeps them,
-    not last. A row with no such neighbour goes after the table's last row."""
-    near = _anchor_column(columns)
-    score = " + ".join(f"(s.{c} IS NOT DISTINCT FROM a.{c})::INT" for c in columns)
+    equal columns, times weighing triple, same patient; ties: the first), so patched rows come back where the
+    record keeps them, not last. A row with no such neighbour goes after the table's last row."""
+    weights = _weights(table)
+    near = _anchor_column(list(weights))
+    score = " + ".join(f"{w} * (s.{c} IS NOT DISTINCT FROM a.{c})::INT" for c, w in weights.items())
     con.execute(
         f"UPDATE {add_name} SET __pos = best.pos FROM ("
         f"SELECT a.__sub AS sub, s.rowid AS pos FROM {add_name} a JOIN {source} s ON s.{near} = a.{near} "
@@ -74,22 +92,29 @@ def _place_added(con: duckdb.DuckDBPyConnection, source: str, add_name: str, col
 
 
 def drop_overlay(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
-    for table in tables:
-        con.execute(f"DROP VIEW IF EXISTS temp.main.{table}")
-        con.execute(f"DROP TABLE IF EXISTS temp.main.__hide_{table}")
-        con.execute(f"DROP TABLE IF EXISTS temp.main.__add_{table}")
+    if tables:
+        con.execute("".join(
+            f"DROP VIEW IF EXISTS temp.main.{table}; DROP VIEW IF EXISTS temp.main.__add_{table}; "
+            f"DROP TABLE IF EXISTS temp.main.__hide_{table}; DROP TABLE IF EXISTS temp.main.__rows_{table}; "
+            f"DROP TABLE IF EXISTS temp.main.__gone_{table};" for table in tables))
 
 
 @contextmanager
-def overlay(con: duckdb.DuckDBPyConnection, patch: Patch) -> Iterator[duckdb.DuckDBPyConnection]:
-    """Apply the patch as temp views on `con` for the duration of the block, then remove them."""
-    catalog, touched = source_catalog(con), patch.touched_tables
-    try:
+def overlay(con: duckdb.DuckDBPyConnection, patch: Patch | None,
+            shadow: Iterable[str] = ()) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Apply the patch as temp views on `con` for the duration of the block, then remove them. Tables in `shadow`
+    the patch leaves alone get a view of the same shape over an empty patch (an episode shadows every table, so
+    that clean and noisy episodes read through the same relations)."""
+    catalog, touched = source_catalog(con), patch.touched_tables if patch is not None else []
+    views = sorted({*touched, *shadow})
+    try:  # one batch for the views: an episode opens 31 of them
+        if views:
+            con.execute(";\n".join(_noop_overlay_sql(f'"{catalog}".main.{table}', table) for table in views))
         for table in touched:
-            _create_table_overlay(con, catalog, table, patch.tables[table])
+            _apply_patch(con, f'"{catalog}".main.{table}', table, patch.tables[table])
         yield con
     finally:
-        drop_overlay(con, touched)
+        drop_overlay(con, views)
 
 
 def overlay_diff(con: duckdb.DuckDBPyConnection, table: str, patch: TablePatch) -> tuple[int, int]:
@@ -124,16 +149,17 @@ def polars_overlay(tables, patch: Patch):
         frame = frame.with_columns(pl.col("__pos").cast(pl.Int64), pl.lit(0, pl.Int64).alias("__sub"))
         if table_patch.add:  # rows typed like the table (ISO text from a patches.jsonl becomes dates and times)
             added = keys_frame(table_patch.add, schema).select(list(schema))
-            frame = pl.concat([frame, _placed(tables[table].with_row_index("__pos"), added, list(schema))], how="diagonal_relaxed")
+            frame = pl.concat([frame, _placed(tables[table].with_row_index("__pos"), added, table)], how="diagonal_relaxed")
         frames[table] = frame.sort("__pos", "__sub").drop("__pos", "__sub")  # lazy: filters push down
     return tables.replaced(frames)
 
 
-def _placed(source: pl.LazyFrame, added: pl.LazyFrame, columns: list[str]) -> pl.LazyFrame:
+def _placed(source: pl.LazyFrame, added: pl.LazyFrame, table: str) -> pl.LazyFrame:
     """The added rows with the position `_place_added` gives them in SQL (after the source row most like them)."""
-    near = _anchor_column(columns)
+    weights = _weights(table)
+    columns, near = list(weights), _anchor_column(list(weights))
     added = added.with_row_index("__sub", offset=1).with_columns(pl.col("__sub").cast(pl.Int64))
-    score = pl.sum_horizontal(*[pl.col(c).eq_missing(pl.col(f"{c}__a")).cast(pl.Int32) for c in columns])
+    score = pl.sum_horizontal(*[w * pl.col(c).eq_missing(pl.col(f"{c}__a")).cast(pl.Int32) for c, w in weights.items()])
     renamed = added.rename({c: f"{c}__a" for c in columns}).with_columns(pl.col(f"{near}__a").alias("__near"))
     pairs = source.join(renamed, left_on=near, right_on="__near", how="inner")
     best = (pairs.with_columns(score.alias("__score")).sort("__sub", "__score", "__pos", descending=[False, True, False])
