@@ -13,7 +13,7 @@ SEED   ?= 0
 PER_TEMPLATE ?= 2
 VERSION ?= synthetic-$(PATIENTS)-seed$(SEED)
 
-.PHONY: run demo test venv bench clean
+.PHONY: run demo test test-fast venv bench clean
 
 venv: $(STAMP)
 
@@ -58,6 +58,10 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+
+# The self-contained tier for development: no ../shared data, nothing marked slow (Airflow runs); <= 2 minutes.
+test-fast: venv
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not realdata and not slow"
 
 # Loader and generator; then noise, environment and evaluation on the database and release `make run` built.
 bench: venv

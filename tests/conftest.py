@@ -1,8 +1,13 @@
-"""Shared fixtures: where the real MIMIC-IV demo lives (../shared/data) and a demo DuckDB loaded once."""
+"""Shared fixtures: the real MIMIC-IV demo (../shared/data), a synthetic source and releases, each built once per
+test run (under pytest-xdist the first worker builds, the others wait on a lock and reuse it); tests that need the
+real demo are marked `realdata` from their fixtures, so `-m "not realdata"` is the self-contained tier."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,6 +15,39 @@ import pytest
 SHARED_DATA = Path(os.environ.get("EHRGYM_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 DEMO_DIR = SHARED_DATA / "mimic-iv-demo-2.2"
 CHARTEVENTS = SHARED_DATA / "chartevents-from-meds" / "chartevents.csv.gz"
+REAL_DATA_FIXTURES = ("demo_dir", "demo_db")  # a test that uses one of these (even indirectly) needs ../shared
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test whose fixture closure reaches the real demo `realdata` (fixtures fetched at run time with
+    request.getfixturevalue are marked where they are parametrized)."""
+    for item in items:
+        if any(name in getattr(item, "fixturenames", ()) for name in REAL_DATA_FIXTURES):
+            item.add_marker(pytest.mark.realdata)
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """The folder shared/<name> of this test run, filled by `build(folder)` exactly once: xdist workers share the
+    run's base temp folder, the first takes the lock and builds, the others wait and read. Read-only for users."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
+    root.mkdir(exist_ok=True)
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when a worker dies
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a half-built folder of a failed attempt
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
+class SkippedGate:
+    """A pair-gate report that passes (the real gate loads Great Expectations; test_build runs it)."""
+
+    def to_json_dict(self) -> dict:
+        return {"gate": "skipped by a shared test fixture (tests/conftest.py)"}
 
 
 @pytest.fixture(scope="session")
@@ -21,22 +59,44 @@ def demo_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def demo_db(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo with the reconstructed chartevents, loaded by the project's loader."""
+    """The demo with the reconstructed chartevents, loaded by the project's loader. Read-only: copy to change it."""
     from pipeline.source.loader import load_mimic
 
-    db = tmp_path_factory.mktemp("demo") / "demo.duckdb"
-    load_mimic(demo_dir, db, substitutes={"chartevents": CHARTEVENTS})
-    return db
+    def load(folder: Path) -> None:
+        load_mimic(demo_dir, folder / "demo.duckdb", substitutes={"chartevents": CHARTEVENTS})
+
+    return built_once(tmp_path_factory, "demo", load) / "demo.duckdb"
 
 
 @pytest.fixture(scope="session")
 def synthetic_1000(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 1,000-patient synthetic MIMIC-IV (the embedded default's generator), built once per session."""
+    """A 1,000-patient synthetic MIMIC-IV (the embedded default's generator). Read-only: copy to change it."""
     from pipeline.source.synthetic import generate_synthetic
 
-    db = tmp_path_factory.mktemp("synthetic") / "synthetic-1000.duckdb"
-    generate_synthetic(db, 1000, seed=11)
-    return db
+    folder = built_once(tmp_path_factory, "synthetic", lambda f: generate_synthetic(f / "synthetic-1000.duckdb", 1000,
+                                                                                     seed=11))
+    return folder / "synthetic-1000.duckdb"
+
+
+@pytest.fixture(scope="session")
+def demo_release_dir(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One release of every template on the demo (one task per template, every default sub-type, pair gate
+    skipped): what the agents and the question reader are run over. Open it per module; never write into it."""
+    from pipeline.build import BuildConfig, run_build
+
+    def build(folder: Path) -> None:
+        run_build(BuildConfig(db=demo_db, releases_dir=folder, version="demo-v1", per_template=1),
+                  gate=lambda *_: SkippedGate())
+
+    return built_once(tmp_path_factory, "demo-release", build) / "demo-v1"
+
+
+@pytest.fixture(scope="session")
+def demo_small_release_dir(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pipeline.env.testing's small release (laboratory and encounter templates) on the demo. Never write into it."""
+    from pipeline.env.testing import build_small_release
+
+    return built_once(tmp_path_factory, "demo-small-release", lambda f: build_small_release(demo_db, f)) / "env-test"
 
 
 @pytest.fixture(scope="module")

@@ -15,23 +15,12 @@ from pipeline.env.verifier import verify
 SCRIPTED = ("oracle", "literal", "relaxing", "cautious")
 
 
-class _SkippedGate:
-    """The pair gate (Great Expectations) is tested elsewhere; these tests need only the release files."""
-
-    def to_json_dict(self) -> dict:
-        return {"gate": "skipped by tests/test_agents.py"}
-
-
 @pytest.fixture(scope="module")
-def release(demo_db: Path, tmp_path_factory: pytest.TempPathFactory):
-    from pipeline.build import BuildConfig, run_build
+def release(demo_release_dir: Path, demo_db: Path):
+    """The session's demo release (tests/conftest.py: every template, pair gate skipped), opened for this module."""
     from pipeline.env.release import Release
 
-    started = time.perf_counter()
-    root = run_build(BuildConfig(db=demo_db, releases_dir=tmp_path_factory.mktemp("agents"), version="agents-v1",
-                                 per_template=1), gate=lambda *_: _SkippedGate())
-    print(f"\ndemo release for the agents built in {time.perf_counter() - started:.1f} s")
-    opened = Release.open(root, demo_db)
+    opened = Release.open(demo_release_dir, demo_db)
     yield opened
     opened.close()
 

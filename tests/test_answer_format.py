@@ -97,6 +97,7 @@ def synthetic_release(synthetic_1000: Path, tmp_path_factory: pytest.TempPathFac
     return build_small_release(synthetic_1000, tmp_path_factory.mktemp("releases"), intents=["laboratory", "vital_signs"])
 
 
+@pytest.mark.slow
 def test_every_task_of_a_release_shows_one_format_per_pair(synthetic_release: Path):
     import polars as pl
 
@@ -116,6 +117,7 @@ def test_every_task_of_a_release_shows_one_format_per_pair(synthetic_release: Pa
         t["answer_format"]["type"] for t in sorted(tasks, key=lambda t: (t["split"], tasks.index(t)))]
 
 
+@pytest.mark.slow
 def test_the_episode_and_the_llm_agent_show_the_format(synthetic_release: Path, synthetic_1000: Path):
     from pipeline.agents.base import context_for
     from pipeline.env.release import Release

@@ -26,6 +26,7 @@ AIRFLOW = Path(sys.executable).parent / "airflow"
 SOURCE = {"patients": 200, "source_seed": 1}  # the rebuild generates this synthetic source itself
 SMALL = {"intents": ["vital_signs"], "per_template": 1, "seed": 3}
 ABLATION_SUBTYPES = ["null_value", "implausible_value"]
+pytestmark = pytest.mark.slow  # an Airflow metadata DB migration and five `airflow dags test` runs
 
 
 def _airflow(env: dict[str, str], *args: str, timeout: int = 900) -> subprocess.CompletedProcess:

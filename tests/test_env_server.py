@@ -15,11 +15,9 @@ from pipeline.env.server import create_app
 
 
 @pytest.fixture(scope="module")
-def release(demo_db: Path, tmp_path_factory: pytest.TempPathFactory):
-    from pipeline.env.testing import build_small_release
-
-    root = build_small_release(demo_db, tmp_path_factory.mktemp("releases"), intents=["laboratory"])
-    with Release.open(root, demo_db) as opened:
+def release(demo_small_release_dir: Path, demo_db: Path):
+    """The session's small demo release (tests/conftest.py), opened for this module."""
+    with Release.open(demo_small_release_dir, demo_db) as opened:
         yield opened
 
 

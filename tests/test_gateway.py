@@ -66,7 +66,7 @@ def test_function_allow_list_is_reviewed_not_derived(con, functions):
 @pytest.mark.parametrize("sql", [
     "SELECT gender, count(*) FROM patients GROUP BY ALL ORDER BY 1",
     "WITH p AS (SELECT * FROM patients) SELECT p.* EXCLUDE (dod) FROM p",
-    "SELECT subject_id FROM patients UNION SELECT subject_id FROM labevents",
+    "SELECT subject_id FROM patients UNION SELECT subject_id FROM labevents ORDER BY 1",
     "FROM patients SELECT anchor_age * 2 AS doubled WHERE gender = 'F'",
     "SELECT list_transform([1, 2], lambda x: x + anchor_age) FROM patients",
     "SELECT *, row_number() OVER (ORDER BY anchor_age) AS r FROM patients QUALIFY r = 1",

@@ -70,11 +70,13 @@ def test_no_tells_on_the_demo(demo_pairs, source, name: str):
     _assert_no_tells(source, demo_pairs[name], name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SUBTYPES))
 def test_no_tells_on_the_synthetic_default(synthetic_pairs, synthetic, name: str):
     _assert_no_tells(synthetic, synthetic_pairs[name], name)
 
 
+@pytest.mark.slow
 def test_pairs_patch_rows_for_the_value_and_record_subtypes(synthetic_pairs):
     """The tell test has something to look at: the row-patching sub-types made pairs on the synthetic DB."""
     for name in ("conflicting_duplicate", "implausible_value", "unit_mismatch", "placeholder_value", "displaced_time"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -20,21 +19,12 @@ SAMPLE = {"integer": 10012345, "number": 37.5, "text": "Made-up Analyte, serum",
 PATCHED_SUBTYPES = {"nonexistent_entity", "false_premise", "unknown_concept", "out_of_window"}
 
 
-class _SkippedGate:
-    def to_json_dict(self) -> dict:
-        return {"gate": "skipped by tests/test_reading.py"}
-
-
 @pytest.fixture(scope="module")
-def release(demo_db: Path, tmp_path_factory: pytest.TempPathFactory):
-    from pipeline.build import BuildConfig, run_build
+def release(demo_release_dir: Path, demo_db: Path):
+    """The session's demo release (tests/conftest.py: every template, pair gate skipped), opened for this module."""
     from pipeline.env.release import Release
 
-    started = time.perf_counter()
-    root = run_build(BuildConfig(db=demo_db, releases_dir=tmp_path_factory.mktemp("reading"), version="reading-v1",
-                                 per_template=1), gate=lambda *_: _SkippedGate())
-    print(f"\ndemo release for reading built in {time.perf_counter() - started:.1f} s")
-    opened = Release.open(root, demo_db)
+    opened = Release.open(demo_release_dir, demo_db)
     yield opened
     opened.close()
 

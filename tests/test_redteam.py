@@ -22,12 +22,11 @@ WRITTEN = [Path("/tmp/ehrgym-redteam.csv"), Path("/tmp/ehrgym-redteam.parquet"),
 
 
 @pytest.fixture(scope="module")
-def target(demo_db: Path, tmp_path_factory: pytest.TempPathFactory):
-    """A noisy episode whose patch hides a source row, with what an attack must never see."""
-    from pipeline.env.testing import build_small_release
-
+def target(demo_small_release_dir: Path, demo_db: Path):
+    """A noisy episode (of the session's small demo release) whose patch hides a source row, with what an attack
+    must never see."""
     os.environ["EHRGYM_REDTEAM_SECRET"] = SECRET  # the parent's secret: must never reach the sandbox
-    root = build_small_release(demo_db, tmp_path_factory.mktemp("releases"))
+    root = demo_small_release_dir
     release = Release.open(root, demo_db)
     task_id, table, key = next((tid, name, tp.hide[0]) for tid, patch in sorted(release._patches.items())
                                for name, tp in sorted(patch.tables.items()) if tp.hide)

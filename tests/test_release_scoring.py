@@ -34,7 +34,8 @@ class PassedGate:
         return {"success": True}
 
 
-@pytest.fixture(scope="module", params=sorted(SOURCES))
+@pytest.fixture(scope="module", params=[pytest.param(name, marks=[pytest.mark.realdata] if name == "demo" else [])
+                                        for name in sorted(SOURCES)])
 def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(release folder, source database): a small release on a 200-patient synthetic DB; on the demo when present."""
     if request.param == "demo":

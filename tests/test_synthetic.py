@@ -159,6 +159,7 @@ def test_fidelity_against_demo(synthetic_1000, demo_dir: Path, tmp_path):
     assert "PASS" in (tmp_path / "fidelity.html").read_text()
 
 
+@pytest.mark.slow
 def test_synthetic_passes_the_source_gate_unchanged(synthetic_1000):
     from pipeline.quality.source_gate import validate_source
 
