@@ -11,22 +11,14 @@ import pytest
 from pipeline.env.gateway import Gateway, Limits, clean_error, open_locked, plain
 from pipeline.env.sqlcheck import MAX_QUERY_CHARS, SqlRefused, admit, allowed_functions
 from pipeline.env.sqlfunctions import ALLOWED_FUNCTIONS, CATEGORY_OF
-from pipeline.source.schema import load_schema
+from small_db import small_db
 
 TABLES = ["patients", "labevents", "big"]
 
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("gateway") / "small.duckdb"
-    con = duckdb.connect(str(path))
-    for name in ("patients", "labevents"):
-        con.execute(load_schema()[name].create_sql())
-    con.execute("INSERT INTO patients VALUES (1, 'F', 60, 2150, '2008 - 2010', NULL), "
-                "(2, 'M', 70, 2160, '2011 - 2013', '2165-01-01')")
-    con.execute("CREATE TABLE big AS SELECT range AS x FROM range(3000)")
-    con.close()
-    return path
+    return small_db(tmp_path_factory.mktemp("gateway") / "small.duckdb", 2, "range AS x")
 
 
 @pytest.fixture(scope="module")

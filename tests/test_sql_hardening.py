@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from pipeline.env.gateway import MAX_RESULT_CHARS, Gateway, Limits, open_locked
@@ -15,7 +14,7 @@ from pipeline.env.sqlcheck import MAX_QUERY_NODES, SqlRefused, admit, allowed_fu
 from pipeline.env.sqlfunctions import ALLOWED_FUNCTIONS, BOUNDED, REFUSED
 from pipeline.noise.overlay import overlay
 from pipeline.noise.patch import Patch, TablePatch
-from pipeline.source.schema import load_schema
+from small_db import small_db
 
 TABLES = ["patients", "labevents", "big"]
 # The issue's crash query on the fixture: 150,000 nested arrays (100,000 overflow json_contains' stack; 70,000 not).
@@ -27,15 +26,7 @@ PATCH = Patch(tables={"patients": TablePatch(key_columns=["subject_id"], hide=[{
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("hardening") / "small.duckdb"
-    con = duckdb.connect(str(path))
-    for name in ("patients", "labevents"):
-        con.execute(load_schema()[name].create_sql())
-    con.execute("INSERT INTO patients VALUES (1, 'F', 60, 2150, '2008 - 2010', NULL), "
-                "(2, 'M', 70, 2160, '2011 - 2013', '2165-01-01'), (3, 'F', 50, 2170, '2014 - 2016', NULL)")
-    con.execute("CREATE TABLE big AS SELECT range AS x, repeat('v', 900) AS s FROM range(3000)")
-    con.close()
-    return path
+    return small_db(tmp_path_factory.mktemp("hardening") / "small.duckdb", 3, "range AS x, repeat('v', 900) AS s")
 
 
 @pytest.fixture(scope="module")
