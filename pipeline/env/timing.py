@@ -7,13 +7,25 @@ learn; no label is used) and names the relatively slowest table as the patched o
 
 from __future__ import annotations
 
+import json
 import math
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from pipeline.noise.patch import Patch, TablePatch
+from pipeline.release.records import TaskRecord
+from pipeline.source.schema import load_schema
 
 SCAN_SQL = "SELECT count(*), count(DISTINCT {first}) FROM {table}"
+# Patched tables of the releases, small to mid-sized (the 1e6-row event tables take minutes to scan)
+PROBE_TABLES = ("admissions", "diagnoses_icd", "drgcodes", "icustays", "microbiologyevents", "omr", "outputevents",
+                "prescriptions", "services", "transfers")
 
 
 @dataclass(frozen=True)
@@ -65,3 +77,55 @@ def binomial_upper(n: int, p: float, alpha: float = 0.001) -> int:
         if tail > alpha:
             return k + 1
     return 0
+
+
+def probe_patches(db, episodes: int, seed: int = 19) -> list[tuple[str, Patch]]:
+    """`episodes` patches of `db` cycling over PROBE_TABLES, shuffled: (patched table, patch)."""
+    rng = random.Random(seed)
+    chosen = [PROBE_TABLES[n % len(PROBE_TABLES)] for n in range(episodes)]
+    rng.shuffle(chosen)
+    with duckdb.connect(str(db), read_only=True) as con:
+        return [(table, probe_patch(con, table, rng)) for table in chosen]
+
+
+def probe_task(n: int) -> TaskRecord:
+    """A stand-in task for probe episodes (the tools never read it)."""
+    return TaskRecord(task_id=f"t-timing-{n}", question="timing probe", scope="patient", intent="laboratory",
+                      split="test")
+
+
+def probe_patch(con: duckdb.DuckDBPyConnection, table: str, rng: random.Random) -> Patch:
+    """A patch as the noise sub-types make them: 1-3 rows of `table` hidden, each re-added with its first numeric
+    non-key column altered (7 in 10 patches) or not re-added at all (a missing record)."""
+    spec = load_schema()[table]
+    keys = list(spec.primary_key or spec.column_names)
+    rows = con.execute(f"SELECT * FROM {table} ORDER BY hash(rowid, ?) LIMIT ?",
+                       [rng.randint(0, 10_000), rng.randint(1, 3)]).fetchall()
+    records = [dict(zip(spec.column_names, row, strict=True)) for row in rows]
+    hide = [{k: r[k] for k in keys} for r in records]
+    add = [] if rng.random() < 0.3 else [_altered(r, keys) for r in records]
+    return Patch(tables={table: TablePatch(key_columns=keys, hide=hide, add=add)})
+
+
+def _altered(row: dict, keys: list[str]) -> dict:
+    out = dict(row)
+    for name, value in row.items():
+        if name not in keys and isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = value * 3 + 1
+            break
+    return out
+
+
+def plan_shape(cursor: duckdb.DuckDBPyConnection, sql: str) -> str:
+    """The physical plan DuckDB would run for `sql`, as JSON without its cardinality estimates: what work a scan
+    does, not how many rows the optimizer guessed."""
+    rows = cursor.execute(f"EXPLAIN (FORMAT json) {sql}").fetchall()
+    return json.dumps(_without_estimates(json.loads(rows[0][1])), sort_keys=True)
+
+
+def _without_estimates(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_estimates(v) for k, v in node.items() if k != "Estimated Cardinality"}
+    if isinstance(node, list):
+        return [_without_estimates(v) for v in node]
+    return node
