@@ -30,8 +30,8 @@ def serve_command(
     from pipeline.env.release import Release, ReleaseError
     from pipeline.env.server import create_app
 
-    try:
-        opened = Release.open(release, db)
+    try:  # agent SQL in a child process under its own address-space ceiling: a crash costs a restart
+        opened = Release.open(release, db, isolate=True)
     except (ReleaseError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None

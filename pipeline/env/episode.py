@@ -9,6 +9,7 @@ from typing import Any
 
 import duckdb
 
+from pipeline.env.executor import Executor
 from pipeline.env.gateway import MAX_RESULT_CHARS, Gateway, Limits, QueryOutcome
 from pipeline.env.records import QueryRecord, ToolCall, ToolResult, Trajectory
 from pipeline.env.tools import BadArguments, parse_arguments, tool_specs
@@ -52,13 +53,21 @@ def schema_text(table: str | None) -> str:
 class Episode:
     """Tools sql / python / schema / answer over one task's data; every call is recorded for the trajectory."""
 
-    def __init__(self, task: TaskRecord, cursor: duckdb.DuckDBPyConnection, patch: Patch | None,
-                 functions: frozenset[str], limits: Limits, max_turns: int = 30):
+    def __init__(self, task: TaskRecord, cursor: duckdb.DuckDBPyConnection | None, patch: Patch | None,
+                 functions: frozenset[str], limits: Limits, max_turns: int = 30, executor: Executor | None = None):
+        """Queries run on `cursor` (its overlay applied here) or, given an `executor`, in its child process (the
+        overlay applied there; `cursor` is None)."""
         self.task, self.max_turns, self.limits = task, max_turns, limits
         self._stack = ExitStack()
-        self._stack.callback(cursor.close)
-        self._stack.enter_context(overlay(cursor, patch, SHADOW_TABLES))
-        self.gateway = Gateway(cursor, list(TABLE_NAMES), functions, limits)
+        if executor is None:
+            self._stack.callback(cursor.close)
+            self._stack.enter_context(overlay(cursor, patch, SHADOW_TABLES))
+            self.gateway = Gateway(cursor, list(TABLE_NAMES), functions, limits)
+        else:
+            remote = executor.open(patch)
+            self._stack.callback(executor.close, remote)
+            engine = lambda text, seconds: executor.run(remote, text, seconds)  # noqa: E731 - one episode's engine
+            self.gateway = Gateway(None, list(TABLE_NAMES), functions, limits, engine=engine)
         self.calls: list[ToolCall] = []
         self.answer: AnswerValue | None = None
         self.done, self.truncated = False, False

@@ -11,6 +11,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,11 +168,45 @@ def clean_error(err: Exception | str) -> str:
     return text.replace("view", "table").replace("View", "Table")[:300]
 
 
-class Gateway:
-    """Runs admitted queries for one episode on its own cursor (which carries the episode's overlay)."""
+def execute_admitted(cursor: duckdb.DuckDBPyConnection, text: str, seconds: float, limits: Limits) -> QueryOutcome:
+    """Run an admitted query on `cursor` under the watchdog; every failure comes back as an outcome."""
+    token = WATCHDOG.arm(cursor, seconds)
+    try:
+        result = cursor.execute(text)
+        columns = [d[0] for d in result.description or []]
+        types = [str(d[1]) for d in result.description or []]
+        rows, budget = _fetch(result, limits.row_cap)
+    except duckdb.InterruptException:
+        return QueryOutcome(False, [], [], error=f"query exceeded the time limit of {limits.seconds:g} s")
+    except (duckdb.Error, RuntimeError, ValueError, OverflowError, MemoryError) as err:
+        return QueryOutcome(False, [], [], error=clean_error(err))
+    finally:
+        WATCHDOG.disarm(token)
+    capped = budget.left <= 0
+    cut = len(rows) > limits.row_cap or capped
+    return QueryOutcome(True, columns, rows[: limits.row_cap], cut, types=types, size_capped=capped)
 
-    def __init__(self, cursor: duckdb.DuckDBPyConnection, tables: list[str], functions: frozenset[str], limits: Limits):
+
+def _fetch(result: duckdb.DuckDBPyConnection, row_cap: int) -> tuple[list[list[Any]], Budget]:
+    """Up to row_cap + 1 rows, one at a time, made plain under one character budget: once it is spent no further
+    row is converted (500 rows of large strings would otherwise all be held in the host)."""
+    rows, budget = [], Budget()
+    while len(rows) <= row_cap and budget.left > 0:
+        row = result.fetchone()
+        if row is None:
+            break
+        rows.append([plain(v, budget) for v in row])
+    return rows, budget
+
+
+class Gateway:
+    """Admits queries for one episode and runs them on its own cursor (which carries the episode's overlay), or
+    through `engine` (text, seconds) -> outcome: the episode's connection in a child process (pipeline.env.executor)."""
+
+    def __init__(self, cursor: duckdb.DuckDBPyConnection | None, tables: list[str], functions: frozenset[str],
+                 limits: Limits, engine: Callable[[str, float], QueryOutcome] | None = None):
         self.cursor, self.tables, self.functions, self.limits = cursor, frozenset(tables), functions, limits
+        self.engine = engine
 
     @classmethod
     def functions_of(cls, con: duckdb.DuckDBPyConnection) -> frozenset[str]:
@@ -195,29 +230,6 @@ class Gateway:
         return self._execute(text, seconds)
 
     def _execute(self, text: str, seconds: float) -> QueryOutcome:
-        token = WATCHDOG.arm(self.cursor, seconds)
-        try:
-            result = self.cursor.execute(text)
-            columns = [d[0] for d in result.description or []]
-            types = [str(d[1]) for d in result.description or []]
-            rows, budget = self._fetch(result)
-        except duckdb.InterruptException:
-            return QueryOutcome(False, [], [], error=f"query exceeded the time limit of {self.limits.seconds:g} s")
-        except (duckdb.Error, RuntimeError, ValueError, OverflowError, MemoryError) as err:
-            return QueryOutcome(False, [], [], error=clean_error(err))
-        finally:
-            WATCHDOG.disarm(token)
-        capped = budget.left <= 0
-        cut = len(rows) > self.limits.row_cap or capped
-        return QueryOutcome(True, columns, rows[: self.limits.row_cap], cut, types=types, size_capped=capped)
-
-    def _fetch(self, result: duckdb.DuckDBPyConnection) -> tuple[list[list[Any]], Budget]:
-        """Up to row_cap + 1 rows, one at a time, made plain under one character budget: once it is spent no
-        further row is converted (500 rows of large strings would otherwise all be held in the host)."""
-        rows, budget = [], Budget()
-        while len(rows) <= self.limits.row_cap and budget.left > 0:
-            row = result.fetchone()
-            if row is None:
-                break
-            rows.append([plain(v, budget) for v in row])
-        return rows, budget
+        if self.engine is not None:
+            return self.engine(text, seconds)
+        return execute_admitted(self.cursor, text, seconds, self.limits)

@@ -103,13 +103,21 @@ def release_source(release_dir: Path, db: Path | None = None) -> Path:
     return find_source(Path(release_dir), _read_manifest(Path(release_dir)), db)
 
 
+def _executor(db: Path, limits: Limits):
+    from pipeline.env.episode import SHADOW_TABLES
+    from pipeline.env.executor import Executor
+
+    return Executor(db, limits, SHADOW_TABLES)
+
+
 class Release:
     """A release opened on its source: tasks (agent-visible), labels (server side only) and episodes."""
 
     def __init__(self, root: Path, manifest: dict[str, Any], tasks: list[TaskRecord], labels: list[LabelRecord],
                  patches: list[PatchRecord], con, limits: Limits,
-                 templates: dict[tuple[str, int], Template] | None = None):
+                 templates: dict[tuple[str, int], Template] | None = None, executor=None):
         self.root, self.manifest, self.limits, self._con = root, manifest, limits, con
+        self.executor = executor  # pipeline.env.executor.Executor: agent SQL in a child process, or None (in process)
         self._tasks = sorted(tasks, key=lambda t: t.task_id)
         self._by_id = {t.task_id: t for t in self._tasks}
         self._labels = {lab.task_id: lab for lab in labels}
@@ -119,9 +127,10 @@ class Release:
 
     @classmethod
     def open(cls, release_dir: Path, source_db: Path | None = None, limits: Limits | None = None,
-             check_fingerprint: bool = True) -> Release:
+             check_fingerprint: bool = True, isolate: bool = False) -> Release:
         """Read and check a release folder, and open its source read-only and locked: `source_db`, or the
-        source path the manifest recorded (see find_source)."""
+        source path the manifest recorded (see find_source). `isolate`: episodes' SQL runs in a child process
+        (pipeline.env.executor), so no query can crash or stall the caller."""
         root = Path(release_dir)
         manifest = _read_manifest(root)
         _check_hashes(root, manifest)
@@ -143,7 +152,8 @@ class Release:
         except BaseException:
             con.close()
             raise
-        return cls(root, manifest, tasks, labels, patches, con, limits, templates)
+        return cls(root, manifest, tasks, labels, patches, con, limits, templates,
+                   _executor(db, limits) if isolate else None)
 
     @property
     def version(self) -> str:
@@ -193,8 +203,9 @@ class Release:
         """A fresh episode of the task: its own cursor, with the task's patch applied as an overlay if it has one."""
         from pipeline.env.episode import Episode
 
-        return Episode(self.task(task_id), self._con.cursor(), self._patches.get(task_id), self.functions,
-                       self.limits, max_turns)
+        cursor = self._con.cursor() if self.executor is None else None
+        return Episode(self.task(task_id), cursor, self._patches.get(task_id), self.functions, self.limits, max_turns,
+                       self.executor)
 
     def source_cursor(self):
         """A plain cursor on the source (server side only: no gateway, no overlay). DuckDB refuses a second
@@ -202,6 +213,8 @@ class Release:
         return self._con.cursor()
 
     def close(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown()
         self._con.close()
 
     def __enter__(self) -> Release:

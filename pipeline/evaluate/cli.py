@@ -64,13 +64,13 @@ def source_of(release_dir: Path, db: Path | None) -> Path:
         _fail(str(exc))
 
 
-def open_release(release_dir: Path, db: Path):
+def open_release(release_dir: Path, db: Path, isolate: bool = True):
     """Release.open with errors that name the folder or file: missing release, missing DB, fingerprint mismatch."""
     from pipeline.env.release import Release
 
     db = source_of(release_dir, db)
     try:
-        return Release.open(release_dir, db)
+        return Release.open(release_dir, db, isolate=isolate)
     except Exception as exc:  # the environment raises its own errors (fingerprint, row counts, hashes); show them
         _fail(f"cannot open release {release_dir} on {db}: {exc}")
 
@@ -116,6 +116,8 @@ def eval_command(
     max_turns: Annotated[int, typer.Option(min=1, help="tool calls an agent may make per episode")] = 30,
     agent_option: Annotated[list[str], typer.Option("--agent-option", help="AGENT.OPTION=VALUE for get_agent")] = [],
     overwrite: Annotated[bool, typer.Option(help="replace a non-empty --out folder")] = False,
+    isolate: Annotated[bool, typer.Option(help="run agents' SQL in a child process, so a crashing query costs a "
+                                               "restart, not the evaluation (--no-isolate: in process)")] = True,
 ) -> None:
     """Run agents x tasks x k trials; write trajectories, verdicts, metrics.json and report.html into --out."""
     from pipeline.evaluate.runner import EvalConfig
@@ -125,8 +127,8 @@ def eval_command(
         _fail(f"--out {out} exists and is not empty; pass --overwrite to replace it")
     db = source_of(release, db)
     config = EvalConfig(release_dir=release, db=db, agents=names, agent_options=parse_options(agent_option, names), k=k,
-                        split=split, seed=seed, max_turns=max_turns, workers=workers)
-    opened = open_release(release, db)
+                        split=split, seed=seed, max_turns=max_turns, workers=workers, isolate=isolate)
+    opened = open_release(release, db, isolate)
     for note in opened.scoring_drift():
         console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
     try:

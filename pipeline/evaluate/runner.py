@@ -31,6 +31,7 @@ class EvalConfig(BaseModel):
     seed: int = 0  # trial t runs with seed + t
     max_turns: int = Field(default=30, ge=1)
     workers: int = Field(default=2, ge=1)
+    isolate: bool = Field(default=True, exclude=True)  # agents' SQL in a child process (pipeline.env.executor)
 
 
 class TaskRun(BaseModel):
@@ -86,13 +87,13 @@ def run_task(release, agent, task_id: str, config: EvalConfig) -> TaskRun:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(release_dir: Path, db: Path) -> None:
+def _init_worker(release_dir: Path, db: Path, isolate: bool) -> None:
     from pipeline.env.release import Release
     from pipeline.workers import die_with_parent
 
     die_with_parent()
 
-    _WORKER.update(release=Release.open(release_dir, db), agents={})
+    _WORKER.update(release=Release.open(release_dir, db, isolate=isolate), agents={})
 
 
 def _agent(name: str, options: dict[str, Any]):
@@ -152,7 +153,7 @@ def worker_pool(config: EvalConfig) -> Iterator[ProcessPoolExecutor | None]:
         return
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(config.workers, mp_context=context, initializer=_init_worker,
-                             initargs=(config.release_dir, config.db)) as pool:
+                             initargs=(config.release_dir, config.db, config.isolate)) as pool:
         yield pool
 
 
