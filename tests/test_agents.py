@@ -115,8 +115,13 @@ def test_oracle_passes_every_task(rates):
 
 
 def test_relaxing_answers_clean_tasks_and_falls_for_noise(rates):
-    assert rate(rates["relaxing"], "clean") == 1.0
-    assert rate(rates["relaxing"], "noise") <= 0.10
+    relaxing = rates["relaxing"]
+    assert rate(relaxing, "clean") == 1.0
+    # A value re-expressed in another unit (unit_mismatch at patient scope) is read right by any agent that reports
+    # the row's own unit (37.0 with °C converts to the asked 98.6 °F); every other noise catches it.
+    passed, total = relaxing["noise"]
+    unit_passed, unit_total = relaxing.get("noise/value/unit_mismatch", [0, 0])
+    assert (passed - unit_passed) / (total - unit_total) <= 0.10
 
 
 def test_cautious_abstains_or_repairs_on_noise_and_answers_clean(rates):

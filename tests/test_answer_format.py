@@ -82,7 +82,7 @@ def test_the_system_prompt_states_which_values_are_invalid():
     population answer) is a rule the agent is told, not one it has to guess."""
     from pipeline.noise.base import subtypes
 
-    named = {"null_value": "missing", "implausible_value": "impossible", "unit_mismatch": "do not guess the intended unit",
+    named = {"null_value": "missing", "implausible_value": "impossible", "unit_mismatch": "cannot be converted to its usual unit",
              "placeholder_value": "placeholder", "conflicting_duplicate": "both rows are invalid",
              "displaced_time": "timed outside"}
     judged = {n for n, s in subtypes().items() if s.level == "value" or n in ("conflicting_duplicate", "displaced_time")}

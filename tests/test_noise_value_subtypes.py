@@ -12,7 +12,6 @@ from pipeline.noise.overlay import overlay
 from pipeline.noise.measurements import item_span, measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import confusable_units, placeholders
-from pipeline.noise.subtypes.unit_mismatch import expected_units, units_of
 from pipeline.noise.verify import verify_pair
 from pipeline.templates.answers import canonical_answer
 from pipeline.templates.instantiate import instantiate, typed_slots
@@ -68,13 +67,7 @@ def assert_repaired(source, pair, table: str, removed: list[dict]):
     assert repaired.value == pytest.approx(pair.expected.value, abs=TEMPLATES[pair.clean.template_id].spec.answer.tolerance)
 
 
-def test_unit_mismatch(source, pair_of):
-    pair = pair_of("unit_mismatch", "lab_last_value_in_admission")
-    (row,) = added_rows(pair)
-    usual = expected_units(source, units_of("labevents"), {row["itemid"]})[row["itemid"]]
-    assert row["valueuom"] == confusable_units()[usual] != usual
-    assert_patient_trap(pair)
-    assert pair.naive_answer.value == pytest.approx(row["valuenum"])  # the relabelled number itself
+def test_unit_mismatch(source, pair_of):  # patient scope (a converted quantity): tests/test_unit_mismatch.py
     population = pair_of("unit_mismatch", "lab_median_value_population")
     assert {r["valueuom"] for r in added_rows(population)} <= set(confusable_units().values())
     assert_repaired(source, population, "labevents", population.patch.tables["labevents"].hide)
@@ -123,7 +116,7 @@ def test_text_and_dose_columns_outside_measurement_tables(source, pair_of):
     assert masked.naive_answer.value == added_rows(masked)[0]["discharge_location"] == "___"  # the mask is the trap
     dose = pair_of("unit_mismatch", "prescription_first_dose")
     assert dose.naive_answer.unit == added_rows(dose)[0]["dose_unit_rx"] != dose.clean.answer.unit
-    assert dose.naive_answer.value == dose.clean.answer.value  # the same number, now in the wrong unit
+    assert dose.naive_answer.value != dose.clean.answer.value == dose.expected.value  # the dose in another unit
     count = pair_of("conflicting_duplicate", "admissions_of_type_count")
     (copy, *_) = added_rows(count)
     rows = source.sql(f"SELECT admission_type FROM admissions WHERE hadm_id = {copy['hadm_id']}").fetchall()
@@ -138,5 +131,40 @@ def test_unit_mismatch_rejects_an_item_without_unit_rule(source):
           SELECT itemid FROM labevents WHERE valueuom IS NOT NULL GROUP BY itemid
           HAVING mode(valueuom) NOT IN ({', '.join(repr(u) for u in confusable_units())}))""")
     broken = task.model_copy(update={"evidence": [{"table_name": "labevents", "labevent_id": ruleless}]})
-    with pytest.raises(Rejected, match="no_unit_rule"):
+    with pytest.raises(Rejected, match="no_convertible_unit"):  # patient scope: no same-dimension unit either
         SUBTYPES["unit_mismatch"].make(source, broken, TEMPLATES[task.template_id], None)
+
+
+def test_an_orders_conflict_is_in_its_pharmacy_row_too(source, pair_of):
+    pair = pair_of("conflicting_duplicate", "prescription_duration_hours")
+    (copy,) = pair.patch.tables["prescriptions"].add
+    (pharmacy_copy,) = pair.patch.tables["pharmacy"].add  # the order's own row, copied with the other stop time
+    assert pharmacy_copy["pharmacy_id"] == copy["pharmacy_id"] and not pair.patch.tables["pharmacy"].hide
+    ((stop,),) = source.sql(f"SELECT stoptime FROM pharmacy WHERE pharmacy_id = {copy['pharmacy_id']}").fetchall()
+    order_stop = scalar(source, "SELECT stoptime FROM prescriptions WHERE pharmacy_id = ? AND drug = ? AND drug_type = ?",
+                        [copy["pharmacy_id"], copy["drug"], copy["drug_type"]])
+    assert copy["stoptime"] != order_stop  # the order's second row stops at another time
+    assert pharmacy_copy["stoptime"] - stop == copy["stoptime"] - order_stop  # and so does its pharmacy row's copy
+    assert pair.expected is None or pair.expected.value is None  # nothing in the record settles which stop is right
+
+
+def test_a_conflicting_route_is_one_the_drug_is_given_by(source):
+    import numpy as np
+
+    from pipeline.noise.subtypes.conflicting_duplicate import other_value, record_of
+
+    record = record_of("prescriptions", TEMPLATES["drug_first_route_in_admission"].gold_sql)
+    assert record.value == "route" and record.alike == ("drug",)
+    rows = source.sql("SELECT * FROM prescriptions WHERE route IS NOT NULL ORDER BY hash(pharmacy_id, drug) LIMIT 40")
+    rng, made, refused = np.random.default_rng(0), 0, 0
+    for row in (dict(zip(rows.columns, values)) for values in rows.fetchall()):
+        try:
+            route = other_value(source, record, row, rng)
+        except Rejected as exc:
+            assert exc.reason == "no_plausible_conflict"
+            refused += 1
+            continue
+        made += 1
+        given = scalar(source, "SELECT count(*) FROM prescriptions WHERE drug = ? AND route = ?", [row["drug"], route])
+        assert route != row["route"] and given > 0, f"{row['drug']} by {route}: a route no real order of the drug has"
+    assert made and refused, f"{made} conflicting routes made, {refused} refused (drugs given by one route only)"

@@ -18,12 +18,21 @@ COUNT = TEMPLATES["admissions_count_in_window"]
 
 def test_an_empty_window_inside_the_record_counts_zero(source):
     lo, hi = covered_span(source)
-    empty = source.execute("""SELECT d::DATE FROM range(?::TIMESTAMP, ?::TIMESTAMP, INTERVAL 1 DAY) t(d)
+    empty = source.execute("""SELECT d::DATE FROM range(?::TIMESTAMP + INTERVAL 1 DAY, ?::TIMESTAMP, INTERVAL 1 DAY) t(d)
         WHERE NOT EXISTS (SELECT 1 FROM admissions WHERE CAST(admittime AS DATE) = d::DATE) ORDER BY 1 LIMIT 1""",
                            [lo, hi]).fetchall()[0][0]
     slots = typed_slots(COUNT, {"window_start": empty.isoformat(), "window_end": empty.isoformat()})
     assert lo < empty < hi
     assert canonical_answer(run_sql(source, COUNT.gold_sql, slots), COUNT.spec.answer).value == 0  # 0, not no answer
+
+
+def test_the_covered_span_is_the_records_not_the_encounters(source):
+    """A week after the last admission is still covered while later labs, cultures or a death are recorded (the
+    blind audit's "admissions between 2201-12-24 and 2201-12-30": 0 is an answer there)."""
+    lo, hi = covered_span(source)
+    last_discharge = source.execute("SELECT max(CAST(dischtime AS DATE)) FROM admissions").fetchall()[0][0]
+    last_lab = source.execute("SELECT max(CAST(charttime AS DATE)) FROM labevents").fetchall()[0][0]
+    assert last_lab > last_discharge and hi >= last_lab
 
 
 def test_a_count_window_moves_outside_what_the_record_covers(source):

@@ -83,7 +83,7 @@ def test_every_release_task_reads_back_to_its_label(release):
         assert (reading.template.id, reading.template.spec.version) == (label.template_id, label.template_version)
         assert typed_slots(template, reading.slots) == typed_slots(template, label.slots), task.task_id
         seen.add(label.subtype)
-    assert PATCHED_SUBTYPES <= seen, f"the release lacks {sorted(PATCHED_SUBTYPES - seen)}"
+    assert seen & PATCHED_SUBTYPES, "the release has no question-level noise to read back"  # each: test_reading_noisy
 
 
 def test_an_edited_question_reads_the_edited_value(release):

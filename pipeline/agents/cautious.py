@@ -16,7 +16,7 @@ from __future__ import annotations
 from pipeline.agents import register
 from pipeline.agents.base import Agent, AgentContext, is_empty
 from pipeline.agents.checks import (
-    ENTITY_TABLES, entity_rows, evidence_source, item_units_sql, keyed_rows, parent_check_sql,
+    ENTITY_TABLES, entity_rows, evidence_source, item_units, item_units_sql, keyed_rows, parent_check_sql,
     patient_flags_sql, row_rules, unordered, without_value_guards,
 )
 from pipeline.noise.exclusion import excluding_sql
@@ -76,7 +76,7 @@ class Cautious(Agent):
         keyed = keyed_rows(source, evidence)
         units_sql = item_units_sql(source.table, keyed)
         units = self.sql(episode, units_sql) if units_sql else None
-        items = dict(units.iter_rows()) if units is not None else None
+        items = item_units(list(units.iter_rows())) if units is not None else None
         rules = row_rules(context.template, source.table, items, patient)
         if patient:
             return self.patient_answer(episode, context, source, evidence, rules, gold)

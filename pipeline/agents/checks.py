@@ -26,9 +26,18 @@ from pipeline.source.schema import load_schema
 from pipeline.templates.lint import sample_slots
 from pipeline.templates.render import render_sql, sql_literal
 from pipeline.templates.spec import Template
+from pipeline.env.verifier import convert_unit
 
 # The entity a slot names and the table (and key) it must exist in.
 ENTITY_TABLES = {"subject_id": "patients", "hadm_id": ADMISSION.table, "stay_id": STAY.table}
+
+
+@dataclass(frozen=True)
+class ItemUnits:
+    """Per item: its usual unit, and the units a value of it can be read in (usual first or converting to it)."""
+
+    usual: dict
+    readable: dict
 
 
 @dataclass(frozen=True)
@@ -79,16 +88,16 @@ RULE_ROWS = {"null_value": "candidate_rows", "placeholder_value": "candidate_row
              "displaced_time": "entity_rows", "unit_mismatch": "entity_rows"}
 
 
-def row_rules(template: Template, table: str, items: dict[str, str] | None, patient: bool) -> dict[str, str]:
+def row_rules(template: Template, table: str, items: ItemUnits | None, patient: bool) -> dict[str, str]:
     """{rule name: SQL predicate over rows of `table` (unaliased)} for the noise the template declares.
-    `items`: {item: its usual unit} for the unit and duplicate rules. A patient question checks its parent
+    `items`: the items' usual and readable units (`item_units`) for the unit and duplicate rules. A patient question checks its parent
     encounters with a query of their own (`parent_check_sql`), not with a rule."""
     declared, rules = set(template.spec.noise), {}
     builders = {
         "null_value": lambda: _null_rule(table) if patient else None,
         "placeholder_value": lambda: _placeholder(table, template),
         "implausible_value": lambda: _implausible(table),
-        "unit_mismatch": lambda: _unit(table, items),
+        "unit_mismatch": lambda: _unit(table, items, patient),
         "conflicting_duplicate": lambda: _conflict(table, template, items),
         "orphan_reference": lambda: _orphan(template, table, patient),
         "displaced_time": lambda: _encounter_rule(template, table, lambda enc: _outside(enc, table)),
@@ -117,21 +126,30 @@ def _implausible(table: str) -> str | None:
     return impossible_sql(facts, ranges) if facts and ranges else None
 
 
-def _unit(table: str, items: dict | None) -> str | None:
+def _unit(table: str, items: ItemUnits | None, patient: bool) -> str | None:
+    """A row whose unit is not its item's usual one; for a patient question, nor one that converts to it (the
+    careful reader converts such a value; a population answer leaves the row out)."""
     units = units_of(table)
-    if units is None or not items:
+    if units is None or items is None:
         return None
-    known = {item: unit for item, unit in items.items() if unit is not None}
-    return f"{units.unit} IS NOT NULL AND ({wrong_unit_rule(units, known).sql})" if known else None
+    known = {item: unit for item, unit in items.usual.items() if unit is not None}
+    if not known:
+        return None
+    if not patient:
+        return f"{units.unit} IS NOT NULL AND ({wrong_unit_rule(units, known).sql})"
+    unreadable = " OR ".join(f"({units.item} = {sql_literal(item)} AND {units.unit} NOT IN "
+                             f"({', '.join(sql_literal(u) for u in items.readable[item])}))" for item in sorted(known))
+    return f"{units.unit} IS NOT NULL AND ({unreadable})"
 
 
-def _conflict(table: str, template: Template, items: dict | None) -> str | None:
+def _conflict(table: str, template: Template, items: ItemUnits | None) -> str | None:
     record = record_of(table, template.gold_sql)
     if record is None:
         return None
     columns = ", ".join(record.group)
-    listed = ", ".join(sql_literal(i) for i in sorted(items or []))
-    where = f" WHERE {record.item} IN ({listed})" if record.item and items else ""
+    usual = items.usual if items else {}
+    listed = ", ".join(sql_literal(i) for i in sorted(usual))
+    where = f" WHERE {record.item} IN ({listed})" if record.item and usual else ""
     return (f"({columns}) IN (SELECT {columns} FROM {table}{where} GROUP BY ALL "
             f"HAVING count(DISTINCT {record.value}) > 1)")
 
@@ -160,14 +178,25 @@ def _outside(enc, table: str) -> str | None:
 
 
 def item_units_sql(table: str, keyed: str) -> str | None:
-    """SQL of {item: its most frequent unit in the whole table} for the items of the keyed evidence rows."""
+    """SQL of (item, unit, rows) over the whole table for the items of the keyed evidence rows (`item_units`)."""
     units: Units | None = units_of(table)
     if units is None:
         return None
     item, unit = units.item, units.unit
-    return (f"SELECT {item} AS item, {unit} AS unit FROM {table} WHERE {unit} IS NOT NULL AND {item} IN "
-            f"(SELECT {item} FROM {keyed}) GROUP BY {item}, {unit} "
-            f"QUALIFY row_number() OVER (PARTITION BY {item} ORDER BY count(*) DESC, {unit}) = 1")
+    return (f"SELECT {item} AS item, {unit} AS unit, count(*) AS n FROM {table} WHERE {unit} IS NOT NULL AND {item} IN "
+            f"(SELECT {item} FROM {keyed}) GROUP BY {item}, {unit} ORDER BY {item}, n DESC, {unit}")
+
+
+def item_units(rows: list[tuple]) -> ItemUnits:
+    """From (item, unit, rows) rows: each item's usual (most frequent) unit, and the units a careful reader can
+    read a value of it in: the usual one and those that convert to it (the verifier's unit table: a temperature in
+    °C for an item charted in °F, a dose in g for one ordered in mg)."""
+    usual: dict = {}
+    for item, unit, _ in rows:  # ordered by item, then most frequent first
+        usual.setdefault(item, unit)
+    readable = {item: sorted({u for i, u, _ in rows if i == item and (u == unit or convert_unit(1.0, u, unit) is not None)})
+                for item, unit in usual.items()}
+    return ItemUnits(usual, readable)
 
 
 def unordered(sql: str) -> str:

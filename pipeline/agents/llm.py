@@ -23,10 +23,12 @@ from pipeline.templates.answers import AnswerFormat
 # was told rather than one it has to guess.
 VALIDITY_RULES = (
     "A value is invalid when it is missing, physiologically impossible, in a unit that does not fit the "
-    "measurement (do not guess the intended unit), a placeholder or error text instead of a result, contradicted "
-    "by another row of the same measurement at the same time (both rows are invalid), or timed outside its "
-    "admission or ICU stay. A patient-level question whose asked value is invalid has no answer (null); a "
-    "population-level answer leaves invalid records out and counts the valid ones."
+    "measurement and cannot be converted to its usual unit, a placeholder or error text instead of a result, "
+    "contradicted by another row of the same measurement at the same time (both rows are invalid), or timed "
+    "outside its admission or ICU stay. A value written in another unit of the same quantity (37.0 °C for a "
+    "temperature charted in °F, 0.05 L for a 50 mL dose) is valid: convert it to the unit the answer format asks "
+    "for. A patient-level question whose asked value is invalid has no answer (null); a population-level answer "
+    "leaves invalid records out and counts the valid ones."
 )
 
 SYSTEM_PROMPT = (

@@ -43,8 +43,9 @@ def _alike(sibling_value, before, after):
     return after
 
 
-def sibling_patch(con, table: str, before: list[dict], after: list[dict], patched: Patch) -> Patch:
-    """`patched` plus the sibling rows of `table`'s changed rows (before -> after), changed alike."""
+def sibling_patch(con, table: str, before: list[dict], after: list[dict], patched: Patch, replace: bool = True) -> Patch:
+    """`patched` plus the sibling rows of `table`'s changed rows (before -> after), changed alike: in place, or
+    (`replace=False`, a conflicting duplicate) as a second copy beside the sibling row."""
     tables = {name: p.model_copy(deep=True) for name, p in patched.tables.items()}
     for rule in sibling_rules()["rows"].get(table, []):
         taken = {tuple(k[c] for c in rule["key"]) for k in tables.get(rule["table"], TablePatch(key_columns=rule["key"])).hide}
@@ -56,9 +57,16 @@ def sibling_patch(con, table: str, before: list[dict], after: list[dict], patche
                     continue
                 taken.add(key)
                 target = tables.setdefault(rule["table"], TablePatch(key_columns=rule["key"]))
-                target.hide.append({c: sibling[c] for c in rule["key"]})
-                target.add.append({**sibling, **{s: _alike(sibling[s], old[e], new[e]) for e, s in changed.items()}})
+                if replace:
+                    target.hide.append({c: sibling[c] for c in rule["key"]})
+                target.add.append({**sibling, **{s: _alike(sibling[s], old[e], new[e])
+                                                 for e, targets in changed.items() for s in _listed(targets)}})
     return Patch(tables=tables, slots=patched.slots)
+
+
+def _listed(targets: str | list[str]) -> list[str]:
+    """A rule's sibling column(s) for one evidence column."""
+    return [targets] if isinstance(targets, str) else list(targets)
 
 
 def record_rules(encounter_table: str) -> list[dict]:

@@ -80,9 +80,11 @@ def _one_id_tells(con, source: str, column: str, value: int, subject_id) -> list
     return [] if nearest >= typical / 2 else [f"{source}.{column} {value} is {nearest} from a used id (real: >= {typical})"]
 
 
-def time_tells(con, source: str, pairs: list[tuple[dict, dict]]) -> list[str]:
+def time_tells(con, source: str, pairs: list[tuple[dict, dict]], inherited: frozenset[float] = frozenset()) -> list[str]:
     """Each (added row, the source row it sits after): a changed time keeps the column's granularity and is
-    not moved by a whole number of hours unless the column's real times are all on the hour."""
+    not moved by a whole number of hours unless the column's real times are all on the hour, or the shift is one an
+    hourly time of the same patch moved by (`inherited`: an order's entry time follows its start on the hour, so
+    its distance to every other time of the record is kept)."""
     found = []
     for added, original in pairs:
         for column, value in added.items():
@@ -92,7 +94,7 @@ def time_tells(con, source: str, pairs: list[tuple[dict, dict]]) -> list[str]:
             step, shift = time_step(con, source, column), (value - before).total_seconds()
             if int((value - dt.datetime(1970, 1, 1)).total_seconds()) % step:
                 found.append(f"{source}.{column} {value} is finer than the column's real times (every {step} s)")
-            if step < 3600 and shift % 3600 == 0:
+            if step < 3600 and shift % 3600 == 0 and shift not in inherited:
                 found.append(f"{source}.{column} moved by a whole {shift / 3600:g} h (real times are not on the hour)")
     return found
 
@@ -134,12 +136,22 @@ def patch_tells(con, patch: Patch) -> list[str]:
         if slot in ENTITY_TABLES and isinstance(value, int):  # a fabricated entity (a real one is no tell)
             found += id_tells(con, ENTITY_TABLES[slot], ENTITY_TABLES[slot], [{slot: value}])
     with overlay(con, patch):
+        anchored = {table: _with_anchor(con, f'"{catalog}".main.{table}', table) for table in patch.touched_tables}
+        inherited = frozenset(shift for table, pairs in anchored.items()
+                              for shift in _hourly_shifts(con, f'"{catalog}".main.{table}', pairs))
         for table in patch.touched_tables:
             source, added = f'"{catalog}".main.{table}', patch.tables[table].add
             found += precision_tells(con, table, added) + id_tells(con, source, table, added)
             found += code_tells(con, table, source, added) + order_tells(con, source, table)
-            found += time_tells(con, source, _with_anchor(con, source, table))
+            found += time_tells(con, source, anchored[table], inherited)
     return found
+
+
+def _hourly_shifts(con, source: str, pairs: list[tuple[dict, dict]]) -> list[float]:
+    """Seconds by which the patch moved a time of a column whose real times are on the hour."""
+    return [(value - original[column]).total_seconds() for added, original in pairs for column, value in added.items()
+            if isinstance(value, dt.datetime) and isinstance(original.get(column), dt.datetime)
+            and value != original[column] and time_step(con, source, column) >= 3600]
 
 
 def _with_anchor(con, source: str, table: str) -> list[tuple[dict, dict]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import duckdb
@@ -9,6 +10,7 @@ import sqlglot
 from sqlglot import exp
 
 from pipeline.concepts import concept_key, concept_sql
+from pipeline.db import scalar
 from pipeline.noise.overlay import source_catalog
 from pipeline.noise.recovery import strategy
 from pipeline.noise.recovery.case import Case
@@ -103,10 +105,24 @@ def _repaired(con: duckdb.DuckDBPyConnection, case: Case, repairs: dict[str, dic
     wanted = {table: cols for table, cols in repairs.items() if table in case.patch.touched_tables and reads(tree, table)}
     if not wanted:
         return None
+    read = {column.name for column in tree.find_all(exp.Column)}
+    wanted = {table: cols for table, cols in wanted.items()
+              if _repairs_a_touched_row(con, table, {c: e for c, e in cols.items() if c in read}, case)}
+    if not wanted:  # nothing the question reads is repaired: an answer that moved would only be another tie-break
+        return None
     views = {table: f"SELECT * REPLACE ({', '.join(f'{expr} AS {col}' for col, expr in cols.items())}) FROM {table} t"
              for table, cols in wanted.items()}
-    with temp_views(con, views) as names:
-        return _new(answer_of(con, case, with_tables(tree, names)), case)
+    with temp_views(con, views) as names:  # a repaired row: its reading counts even where it equals the naive one
+        return _definite(answer_of(con, case, with_tables(tree, names)))
+
+
+def _repairs_a_touched_row(con: duckdb.DuckDBPyConnection, table: str, cols: dict[str, str], case: Case) -> bool:
+    """A repair expression gives another value than the row's own in a row the patch added."""
+    patch = case.patch.tables[table]
+    if not patch.add or not cols:
+        return False
+    differs = " OR ".join(f"(({expr}) IS DISTINCT FROM t.{col})" for col, expr in cols.items())
+    return scalar(con, f"SELECT count(*) FROM {table} t WHERE {_among(patch.add, patch.key_columns)} AND ({differs})") > 0
 
 
 @strategy("sibling_table")
@@ -118,6 +134,26 @@ def sibling_table(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, An
         if touched and not set(fact["tables"]) & set(touched):
             return _definite(case.naive)
     return _repaired(con, case, {r["table"]: r["columns"] for r in rule.get("repairs", [])})
+
+
+@strategy("derived_value")
+def derived_value(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any]) -> AnswerValue | None:
+    """A missing calculated lab result (MCH, MCV, MCHC) computed from the same specimen's other results."""
+    if "labevents" not in case.patch.touched_tables:
+        return None
+    branches = " ".join(f"WHEN {_quote(d['label'])} THEN {_formula(d['formula'])}" for d in rule["derived"])
+    label = "(SELECT min(i.label) FROM d_labitems i WHERE i.itemid = t.itemid)"
+    expr = f"coalesce(t.valuenum, round(CASE {label} {branches} END, 1))"
+    return _repaired(con, case, {"labevents": {"valuenum": expr}})
+
+
+def _formula(formula: str) -> str:
+    """`{Label}` -> the same specimen's single Blood result of that d_labitems label (NULL when none or several)."""
+    def result(match: re.Match) -> str:
+        return (f"(SELECT min(s.valuenum) FROM labevents s JOIN d_labitems i ON i.itemid = s.itemid WHERE "
+                f"s.specimen_id = t.specimen_id AND i.label = {_quote(match.group(1))} AND i.fluid = 'Blood' "
+                f"HAVING count(DISTINCT s.valuenum) = 1)")
+    return re.sub(r"\{([^}]+)\}", result, formula)
 
 
 @strategy("breakpoint")
@@ -226,6 +262,51 @@ def either_value(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any
     plain = case.template.spec.answer.model_copy(update={"records": []})
     same = answers_agree(first.model_copy(update={"records": {}}), second.model_copy(update={"records": {}}), plain)
     return first if same else None
+
+
+@strategy("sibling_resolves")
+def sibling_resolves(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any]) -> AnswerValue | None:
+    """Rows added beside existing rows of the same record (a conflict) that a sibling settles: in each conflicting
+    record the rows whose value differs from the sibling's single value are dropped when another row agrees with
+    it; the gold reading over what is left is the answer (None when nothing was settled)."""
+    tree = gold_tree(case)
+    views = {}
+    for resolver in rule["resolvers"]:
+        table, patch = resolver["table"], case.patch.tables.get(resolver["table"])
+        if patch is None or not patch.add or not reads(tree, table):
+            continue
+        inside = _among(patch.add, resolver["record"])
+        columns = resolver["columns"]
+        siblings = ", ".join(f"({expr}) AS __sibling_{c}" for c, expr in columns.items())
+        window = f"OVER (PARTITION BY {', '.join(resolver['record'])})"
+        settled = " OR ".join(_settled(c, window) for c in columns)
+        resolved = (f"SELECT * EXCLUDE ({', '.join(f'__sibling_{c}' for c in columns)}, __drop) FROM ("
+                    f"SELECT *, {settled} AS __drop FROM (SELECT t.*, {siblings} FROM {table} t WHERE {inside})) "
+                    f"WHERE NOT __drop")
+        if scalar(con, f"SELECT count(*) FROM {table} t WHERE {inside}") > scalar(con, f"SELECT count(*) FROM ({resolved})"):
+            views[table] = f"SELECT * FROM {table} t WHERE NOT {inside} UNION ALL {resolved}"
+    if not views:
+        return None
+    with temp_views(con, views) as names:
+        return _definite(answer_of(con, case, with_tables(tree, names)))
+
+
+def _settled(column: str, window: str) -> str:
+    """True for a row of a conflicting record whose `column` differs from the sibling's value while another row of
+    the record agrees with it: equal as text or as a number, or one of its '/' parts (an eMAR's 'PO' for a 'PO/NG'
+    order)."""
+    text = lambda c: f"CAST({c} AS VARCHAR)"  # noqa: E731
+    sibling = text(f"__sibling_{column}")
+    same = (f"({text(column)} = {sibling} OR coalesce(TRY_CAST({text(column)} AS DOUBLE) = TRY_CAST({sibling} AS DOUBLE), "
+            f"false) OR coalesce(list_contains(string_split({text(column)}, '/'), {sibling}), false))")
+    return (f"coalesce(NOT {same} AND count(DISTINCT {column}) {window} > 1 AND bool_or({same}) {window}, false)")
+
+
+def _among(rows: list[dict[str, Any]], columns: list[str], alias: str = "t") -> str:
+    """True for a row of `alias` equal on `columns` (NULL equal to NULL) to one of `rows`."""
+    values = ", ".join("(" + ", ".join(sql_literal(row.get(c)) for c in columns) + ")" for row in rows)
+    same = " AND ".join(f"{alias}.{c} IS NOT DISTINCT FROM __among.{c}" for c in columns)
+    return f"EXISTS (SELECT 1 FROM (VALUES {values}) __among({', '.join(columns)}) WHERE {same})"
 
 
 def _tuples(rows: list[dict[str, Any]], columns: list[str]) -> str:

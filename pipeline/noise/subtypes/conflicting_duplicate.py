@@ -19,6 +19,7 @@ from pipeline.noise.code_fit import fitting_codes, sex_ranges
 from pipeline.noise.fresh_ids import fresh_ids
 from pipeline.noise.measurements import item_precision, item_span, measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
+from pipeline.noise.siblings import sibling_patch
 from pipeline.noise.rules import (
     Evidence, Rule, duplicate_rules, evidence_table_name, flagged_on_source, is_patient, pick, read_value_column,
     scoped_twin, table_evidence, time_shift,
@@ -37,6 +38,7 @@ class Record:
     value: str
     item: str | None
     fresh_id: str | None
+    alike: tuple[str, ...] = ()
 
 
 def record_of(table: str | None, gold_sql: str) -> Record | None:
@@ -46,7 +48,7 @@ def record_of(table: str | None, gold_sql: str) -> Record | None:
     if facts is not None:
         return Record(table, spec["group"], facts.number, facts.item, spec.get("fresh_id"))
     value = read_value_column(table, gold_sql)
-    return Record(table, spec["group"], value, None, spec.get("fresh_id")) if value else None
+    return Record(table, spec["group"], value, None, spec.get("fresh_id"), tuple(spec.get("alike", []))) if value else None
 
 
 def conflict_rule(record: Record, rows: pl.DataFrame) -> Rule:
@@ -62,27 +64,35 @@ def conflict_rule(record: Record, rows: pl.DataFrame) -> Rule:
 
 def other_value(con, record: Record, row: dict, rng):
     """A different value of the same kind, written like the record's own: a number scaled (at its item's
-    precision), a time shifted (not by a round offset), a code that fits the patient, another text of the column."""
+    precision), a time shifted (not by a round offset), a code that fits the patient, another text of the column
+    that real rows alike in `alike` columns carry (a route the same drug is given by: LR is not given nasally)."""
     value = row[record.value]
-    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+    if isinstance(value, bool) or (isinstance(value, int) and record.value.endswith("_flag")):
         return type(value)(not value)  # a flag flips
-    if isinstance(value, int | float):
-        changed = type(value)(round(value * float(rng.choice(FACTORS)), 2))
+    if isinstance(value, int):  # a grade, a severity, a count: another value the column's real rows carry
+        return _other_text(con, record, row, rng)
+    if isinstance(value, float):
+        changed = round(value * float(rng.choice(FACTORS)), 2)
         return changed if changed != value else value + 1
     if isinstance(value, dt.datetime):
         return value + time_shift(con, record.table, record.value, rng)
+    return _other_text(con, record, row, rng)
+
+
+def _other_text(con, record: Record, row: dict, rng):
     others = _other_texts(con, record, row)
     if not others:
-        raise Rejected("no_other_value")
+        raise Rejected("no_plausible_conflict")
     return others[int(rng.integers(len(others)))]
 
 
 def _other_texts(con, record: Record, row: dict) -> list:
     if record.value == "icd_code" and record.table in sex_ranges():
         return fitting_codes(con, record.table, row["subject_id"], row["icd_version"], row["icd_code"])
+    alike = "".join(f" AND {c} = ?" for c in record.alike)
     return [r[0] for r in con.execute(
-        f"SELECT {record.value} FROM {record.table} WHERE {record.value} IS NOT NULL AND {record.value} <> ? "
-        f"GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 50", [row[record.value]]).fetchall()]
+        f"SELECT {record.value} FROM {record.table} WHERE {record.value} IS NOT NULL AND {record.value} <> ?{alike} "
+        f"GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 50", [row[record.value], *(row[c] for c in record.alike)]).fetchall()]
 
 
 def measured_other(con, ev: Evidence, row: dict, rng) -> dict:
@@ -116,11 +126,16 @@ class ConflictingDuplicate(NoiseSubtype):
     level = "record"
     requires = ("evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads, and its "
                 "position (seq_num) where the table has one")
-    version = 5  # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
+    version = 7  # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
     # 3: no tells: numbers at the item's precision, non-round time shifts, sex-fitting codes, ids beside the patient's
     # (a code's second row at its position conflicts only for a question that reads the position);
     # 4: a prescription record is its pharmacy_id, drug_type and drug (an order's base and main rows differ);
     # 5: a measurement's second value lies inside the item's real range (up or down), or the candidate is rejected
+    # 6: a sibling row that keeps the same fact (an order's pharmacy row: its times and route) gets the conflicting
+    # copy too, so the conflict is in the record, not only in one table (siblings.yaml); a text's other value is one
+    # that rows alike carry (`alike`: a route of the same drug), or none is made (no_plausible_conflict);
+    # 7: an integer outside the measurement tables (a DRG severity) takes another value its column holds (1-4), not
+    # a scaled one (a severity of 5 resolves itself: a blind audit)
 
     def applies(self, template):
         table = evidence_table_name(template)
@@ -138,6 +153,8 @@ class ConflictingDuplicate(NoiseSubtype):
         rule = conflict_rule(record, ev.rows)
         if flagged_on_source(con, ev, rule):
             raise Rejected("evidence_already_conflicting")
-        copies = conflicting_copies(con, ev, record, pick(ev.rows, is_patient(template), rng), rng)
+        originals = pick(ev.rows, is_patient(template), rng)
+        copies = conflicting_copies(con, ev, record, originals, rng)
         patch = Patch(tables={ev.table: TablePatch(key_columns=ev.key_columns, add=copies)})
+        patch = sibling_patch(con, ev.table, originals, copies, patch, replace=False)  # the order's pharmacy row too
         return scoped_twin(task, template, ev, patch, rule)

@@ -54,7 +54,8 @@ TIME_COLUMNS = {t: [s["time"], *s.get("along", []), *([s["end"]] if s.get("end")
 class DisplacedTime(NoiseSubtype):
     name = "displaced_time"
     level = "record"
-    version = 4  # 3: one end of a measured duration, 24 h lead on every table, unround offsets, siblings, qualifiers;
+    version = 5  # 5: a moved order start moves its pharmacy entry/verification times and its provider order too
+    # 3: one end of a measured duration, 24 h lead on every table, unround offsets, siblings, qualifiers;
     # 4: written-out durations (icustays.los) follow the moved ends
     requires = "evidence rows of a timed event table (displaced_time.yaml), not the encounter row itself"
 

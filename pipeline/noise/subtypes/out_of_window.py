@@ -43,7 +43,8 @@ def coverage_spans() -> list[dict[str, str]]:
 class OutOfWindow(NoiseSubtype):
     name = "out_of_window"
     level = "query"
-    version = 2  # 2: a count / yes-no window moves outside what the record covers (an empty covered window is 0)
+    version = 3  # 2: a count / yes-no window moves outside what the record covers (an empty covered window is 0)
+    # 3: what the record covers is every dated table's span (labs, cultures, omr, orders, death), not encounters only
     requires = "date slots window_start and window_end"
 
     def applies(self, template):
@@ -124,7 +125,7 @@ def _spans_sql(subject_id) -> str:
 
 def _frame_span(tables) -> tuple[dt.date, dt.date]:
     """The covered span computed in polars over the (scoped) tables."""
-    spans = [tables[c["table"]].select(lo=pl.col(c["start"]).min().dt.date(), hi=pl.col(c["end"]).max().dt.date()).collect()
+    spans = [tables[c["table"]].lazy().select(lo=pl.col(c["start"]).min().cast(pl.Date), hi=pl.col(c["end"]).max().cast(pl.Date)).collect()
              for c in coverage_spans()]
     both = pl.concat(spans)
     lo, hi = both["lo"].min(), both["hi"].max()

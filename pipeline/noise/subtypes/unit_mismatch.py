@@ -1,24 +1,42 @@
-"""unit_mismatch (value level): a value keeps its number but is labelled with a confusable wrong unit.
+"""unit_mismatch (value level): a value is written in another unit than its item's expected one.
 
-Expected unit of an item: its most frequent unit in the source; the wrong unit comes from `units.yaml` (which
-also names the item and unit columns of non-measurement tables, e.g. a prescription's drug and dose unit).
-Patient scope abstains (an evidence row's unit is not its item's expected unit); population scope repairs by
-answering over the rows whose unit is their item's expected unit.
+Expected unit of an item: its most frequent unit in the source (`units.yaml` also names the item, unit and
+number columns of non-measurement tables, e.g. a prescription's drug, dose unit and dose).
+
+Patient scope (repair): the evidence row holds the SAME quantity re-expressed in another unit of the same
+dimension (`units.yaml` `re_expressed`, converted through the verifier's `convert_unit`: 98.6 °F -> 37.0 °C,
+1.2 L -> 1200 mL, 40 mg -> 0.04 g), written at the item's precision plus the fewest decimals that keep it
+exact. A careful analyst converts it back, so the label is the clean answer; the trap is the converted number
+read as if in the usual unit. Items without a same-dimension unit (cell counts, molar vs mass) are rejected
+(`no_convertible_unit`): a relabel-only row is usually still readable in the usual unit (3.55 "K/uL" of RBC is
+3.55 m/uL), so no label follows from it.
+Population scope (repair, unchanged): rows are relabelled with a confusable unit (`units.yaml` `confusable`)
+and the answer is taken over the rows whose unit is their item's expected unit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 
 import polars as pl
+import sqlglot
+import yaml
+from sqlglot import expressions as exp
 
-from pipeline.noise.base import NoiseSubtype, Rejected, register
-from pipeline.noise.measurements import measurement_tables
+from pipeline.env.verifier import convert_unit
+from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
+from pipeline.noise.measurements import item_precision, measurement_tables, written_like
 from pipeline.noise.rules import (
-    Rule, alteration, confusable_units, evidence_table_name, flagged_on_source, is_patient, pick, scoped_twin,
-    table_evidence, unit_columns,
+    Evidence, Rule, alteration, confusable_units, evidence_table_name, flagged_on_source, is_patient, pick,
+    scoped_twin, table_evidence, unit_columns,
 )
+from pipeline.templates.programs import load_python_program
 from pipeline.templates.render import sql_literal
+
+EXTRA_DECIMALS = 4  # a re-expressed dose text may use this many decimals beyond its own (40 mg -> 0.04 g); a
+# measurement's number none beyond its item's real precision (more would be a tell: pipeline/noise/tells.py)
 
 
 @dataclass(frozen=True)
@@ -26,14 +44,22 @@ class Units:
     table: str
     item: str
     unit: str
+    number: str | None = None  # a numeric value column (measurements)
+    text: str | None = None  # a text value column (a measurement's text, a prescription's dose)
 
 
 def units_of(table: str | None) -> Units | None:
     facts = measurement_tables().get(table)
     if facts is not None:
-        return Units(table, facts.item, facts.unit)
+        return Units(table, facts.item, facts.unit, facts.number, facts.text)
     columns = unit_columns().get(table)
-    return Units(table, columns["item"], columns["unit"]) if columns else None
+    return Units(table, columns["item"], columns["unit"], None, columns.get("text")) if columns else None
+
+
+@cache
+def re_expressed_units() -> dict[str, str]:
+    """{expected unit: another unit of its dimension the same quantity is written in} from `units.yaml`."""
+    return yaml.safe_load(resources.files("pipeline.noise").joinpath("units.yaml").read_text())["re_expressed"]
 
 
 def expected_units(con, units: Units, items: set) -> dict:
@@ -58,11 +84,141 @@ def wrong_unit_rule(units: Units, expected: dict) -> Rule:
     return Rule(sql, expr)
 
 
+@dataclass(frozen=True)
+class Conversion:
+    """Rows of `item` written in `unit` hold a quantity whose value in `expected` is number * slope + offset."""
+
+    item: object
+    unit: str
+    expected: str
+
+    @property
+    def offset(self) -> float:
+        return convert_unit(0.0, self.unit, self.expected)
+
+    @property
+    def slope(self) -> float:
+        return convert_unit(1.0, self.unit, self.expected) - self.offset
+
+
+def conversion_of(item, expected: str) -> Conversion | None:
+    """How an item's rows are re-expressed (None: its expected unit has no listed same-dimension unit)."""
+    target = re_expressed_units().get(expected)
+    if target is None or convert_unit(1.0, expected, target) is None:
+        return None
+    return Conversion(item, target, expected)
+
+
+def re_expressed_number(value: float, decimals: int, conversion: Conversion, tolerance: float) -> tuple[float, int]:
+    """`value` in the conversion's unit at the fewest decimals (up to `decimals`) whose conversion back gives
+    `value` within half the template's tolerance; Rejected when none does (98.7 °F is no round number of °C)."""
+    exact = convert_unit(value, conversion.expected, conversion.unit)
+    for digits in range(decimals + 1):
+        written = round(exact, digits)
+        if written != 0 and abs(written * conversion.slope + conversion.offset - value) <= tolerance / 2:
+            return written, digits
+    raise Rejected("no_exact_conversion_at_precision")
+
+
+def converted_row(con, units: Units, row: dict, conversion: Conversion, tolerance: float) -> dict:
+    """The row with its value re-expressed in the conversion's unit: a measurement's number and text as its
+    item's real rows write them, a dose text at its own decimals (or a few more: 0.04 g)."""
+    facts = measurement_tables().get(units.table)
+    if facts is not None:
+        value, decimals = float(row[facts.number]), item_precision(con, facts, row[facts.item]).number
+    else:
+        value, decimals = dose_number(row[units.text])
+    number, digits = re_expressed_number(value, decimals, conversion, tolerance)
+    if number == value:
+        raise Rejected("conversion_keeps_number")  # -40 °F is -40 °C: the row would not change its reading
+    written = written_like(con, facts, row[facts.item], number) if facts else {units.text: f"{number:.{digits}f}"}
+    return {**row, **written, units.unit: conversion.unit}
+
+
+def dose_number(text) -> tuple[float, int]:
+    """A dose text's number and the decimals a re-expressed one may use (its own plus EXTRA_DECIMALS)."""
+    text = str(text).strip()
+    try:
+        return float(text), len(text.partition(".")[2]) + EXTRA_DECIMALS
+    except ValueError:
+        raise Rejected("value_not_a_number") from None
+
+
+def _back_sql(units: Units, conversions: list[Conversion]) -> dict[str, str]:
+    """{column: SQL expression} giving every re-expressed row's value and unit in its item's expected unit."""
+    whens = lambda then: " ".join(  # noqa: E731
+        f"WHEN {units.item} = {sql_literal(c.item)} AND {units.unit} = {sql_literal(c.unit)} THEN {then(c)}" for c in conversions)
+    value = units.number or units.text
+    number = f"TRY_CAST({value} AS DOUBLE)"
+    back = f"CASE {whens(lambda c: f'{number} * {c.slope!r} + {c.offset!r}')} ELSE {number} END"
+    columns = {units.unit: f"CASE {whens(lambda c: sql_literal(c.expected))} ELSE {units.unit} END"}
+    columns[value] = back if units.number else f"CASE {whens(lambda c: f'CAST({back} AS VARCHAR)')} ELSE {value} END"
+    return columns
+
+
+def converting_sql(gold_sql: str, units: Units, conversions: list[Conversion]) -> str:
+    """`gold_sql` reading `units.table` with every re-expressed row converted back (sqlglot keeps aliases)."""
+    replace = ", ".join(f"{expr} AS {column}" for column, expr in _back_sql(units, conversions).items())
+    tree = sqlglot.parse_one(gold_sql, dialect="duckdb")
+    for node in list(tree.find_all(exp.Table)):
+        if node.name != units.table or node.db:
+            continue
+        view = f"(SELECT * REPLACE ({replace}) FROM {units.table}) AS {node.alias or units.table}"
+        node.replace(sqlglot.parse_one(f"SELECT * FROM {view}", dialect="duckdb").args["from_"].this)
+    return tree.sql(dialect="duckdb")
+
+
+def converting_python(gold, units: Units, conversions: list[Conversion]):
+    """A `reference(tables, slots)`: the gold program with every re-expressed row converted back."""
+    value = units.number or units.text
+
+    def reference(tables, slots):
+        number, unit = pl.col(value).cast(pl.Float64, strict=False), pl.col(units.unit)
+        back, label = pl.col(value), unit
+        for c in conversions:
+            hit = (pl.col(units.item) == c.item) & (unit == c.unit)
+            converted = number * c.slope + c.offset
+            back = pl.when(hit).then(converted if units.number else converted.cast(pl.String)).otherwise(back)
+            label = pl.when(hit).then(pl.lit(c.expected)).otherwise(label)
+        frame = tables[units.table].with_columns(back.alias(value), label.alias(units.unit))
+        return gold(tables.replaced({units.table: frame}), slots)
+
+    return reference
+
+
+def first_convertible(con, units: Units, rows: pl.DataFrame, conversions: dict, tolerance: float, rng) -> tuple[dict, dict]:
+    """The first row, in random order, whose value re-expresses exactly at its precision, and its converted copy
+    (a stay's temperatures: 98.6 °F is 37.0 °C, 98.7 °F no round number of °C)."""
+    reason = "no_convertible_unit"
+    for i in rng.permutation(rows.height):
+        row = rows.row(int(i), named=True)
+        try:
+            return row, converted_row(con, units, row, conversions[row[units.item]], tolerance)
+        except Rejected as rejected:
+            reason = rejected.reason
+    raise Rejected(reason)
+
+
+def re_expressed_twin(con, task, template, ev: Evidence, units: Units, expected: dict, rng) -> NoisyTwin:
+    """Patient scope: one evidence row re-expressed in another unit; the label is the clean answer."""
+    conversions = {item: c for item, unit in sorted(expected.items()) if (c := conversion_of(item, unit))}
+    servable = ev.rows.filter(pl.col(units.item).is_in(list(conversions)))
+    if servable.is_empty():
+        raise Rejected("no_convertible_unit")
+    row, changed = first_convertible(con, units, servable, conversions, template.spec.answer.tolerance, rng)
+    listed = [conversions[item] for item in sorted(conversions)]
+    return NoisyTwin(alteration(ev, [row], [changed]), "repair", task.answer,
+                     converting_sql(task.gold_sql, units, listed),
+                     converting_python(load_python_program(template), units, listed), {"table": ev.table, "filter": task.slots})
+
+
 @register
 class UnitMismatch(NoiseSubtype):
     name = "unit_mismatch"
     level = "value"
     requires = "evidence in a table with a unit column (measurements.yaml, units.yaml)"
+    version = 2  # 2: patient scope re-expresses the same quantity in a same-dimension unit (a repair to the clean
+    # answer) instead of relabelling the number (abstain): a relabelled number is still readable in the usual unit
 
     def applies(self, template):
         return super().applies(template) and units_of(evidence_table_name(template)) is not None
@@ -74,16 +230,20 @@ class UnitMismatch(NoiseSubtype):
         units = units_of(ev.table)
         if units is None:
             raise Rejected("no_unit_column")
-        if ev.facts is not None and ev.rows[ev.facts.number].null_count():
+        if ev.rows[units.number or units.text].null_count():
             raise Rejected("evidence_not_clean")
         expected = expected_units(con, units, set(ev.rows[units.item].to_list()))
+        if not expected:  # the items carry no unit at all
+            raise Rejected("no_convertible_unit" if is_patient(template) else "no_unit_rule")
+        rule = wrong_unit_rule(units, expected)
+        if flagged_on_source(con, ev, rule):
+            raise Rejected("evidence_unit_not_expected")
+        if is_patient(template):
+            return re_expressed_twin(con, task, template, ev, units, expected, rng)
         confusable = [item for item, unit in expected.items() if confusable_units().get(unit)]
         servable = ev.rows.filter(pl.col(units.item).is_in(confusable))
         if servable.is_empty():
             raise Rejected("no_unit_rule")
-        rule = wrong_unit_rule(units, expected)
-        if flagged_on_source(con, ev, rule):
-            raise Rejected("evidence_unit_not_expected")
-        chosen = pick(servable, is_patient(template), rng)
+        chosen = pick(servable, False, rng)
         relabelled = [{**row, units.unit: confusable_units()[expected[row[units.item]]]} for row in chosen]
         return scoped_twin(task, template, ev, alteration(ev, chosen, relabelled), rule)

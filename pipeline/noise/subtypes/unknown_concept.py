@@ -1,35 +1,68 @@
-"""unknown_concept (query level): the question names a lab, drug or item that is in no dictionary; abstain.
+"""unknown_concept (query level): the question names a real lab, drug, organism, unit... the record does not know.
 
-The concept slot's value is changed by one deterministic typo-like edit (two letters swapped, one dropped or
-doubled) until the name is absent from every dictionary column (concept_dictionaries.yaml), so a careless
-reader may match it to the real concept. Names are compared as concepts (pipeline/concepts.py), in every
-dictionary and in the slot's own vocabulary. Patient and population scope alike: the concept itself is gone,
-so the careful reader, who looks the name up, abstains (even where the gold program would count 0).
+The concept slot's value is replaced by a real-world name of the same kind from a catalogue
+(pipeline/noise/unknown_concepts.yaml: a lab for a lab, an ICU for an ICU, written the way the record writes that
+kind) that this database does not know: its concept (pipeline/concepts.py) is in no dictionary column
+(concept_dictionaries.yaml) nor in the slot's vocabulary, and it is not `close` to any name of that kind the
+database holds (no typo, no part or whole of a known name, and one of its words finds nothing in an ILIKE search).
+A careful reader who looks the name up finds nothing to map it to and abstains, with patient and population
+scope alike; only value questions (and yes/no questions that presuppose the concept) are listed: a count (0), a
+list (none) or a plain yes/no (no) over a concept the record does not have is answered by its absence. A typo of a real name is not this noise: the careful
+reader recognises it and answers (the first blind audit's finding), so no catalogue name close to a known name is
+ever chosen. Code dictionaries (ICD titles, HCPCS) have no catalogue: every clinical name has a coded synonym.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
 import yaml
+from pydantic import BaseModel, ConfigDict
 
 from pipeline.concepts import column_keys, concept_key
+from pipeline.db import scalar
 from pipeline.noise.base import NoiseSubtype, Rejected, register
 from pipeline.noise.slot_swap import concept_slots, swapped_twin, vocabulary
 from pipeline.source.schema import load_schema
+from pipeline.templates.spec import AnswerType
 
 DICTIONARIES = Path(__file__).resolve().parents[1] / "concept_dictionaries.yaml"
-MAX_TRIES = 6
+CATALOGUE = Path(__file__).resolve().parents[1] / "unknown_concepts.yaml"
+MIN_EDITS, LETTERS_PER_EDIT, MIN_WORD = 2, 8, 4  # closeness thresholds (see `close`)
+
+
+class CatalogueEntry(BaseModel):
+    """One vocabulary's unknown names (a list, or by slot name) and the columns they are compared with."""
+    model_config = ConfigDict(extra="forbid")
+    compare_with: list[str]
+    names: list[str] | dict[str, list[str]]
+
+
+@cache
+def catalogue() -> dict[str, CatalogueEntry]:
+    return {vocab: CatalogueEntry(**entry) for vocab, entry in yaml.safe_load(CATALOGUE.read_text()).items()}
+
+
+def catalogue_names(vocab: str, slot: str) -> tuple[str, ...]:
+    """The catalogue's names for a slot of the vocabulary `table.column` (none when it has no entry)."""
+    entry = catalogue().get(vocab)
+    names = () if entry is None else entry.names
+    return tuple(names.get(slot, ()) if isinstance(names, dict) else names)
+
+
+def _existing(columns) -> tuple[tuple[str, str], ...]:
+    schema = load_schema()
+    pairs = (entry.split(".") for entry in columns)
+    return tuple((t, c) for t, c in pairs if t in schema and c in schema[t].column_names)
 
 
 @cache
 def dictionary_columns() -> tuple[tuple[str, str], ...]:
     """(table, column) of every dictionary the schema has."""
-    schema = load_schema()
-    pairs = (entry.split(".") for entry in yaml.safe_load(DICTIONARIES.read_text()))
-    return tuple((t, c) for t, c in pairs if t in schema and c in schema[t].column_names)
+    return _existing(yaml.safe_load(DICTIONARIES.read_text()))
 
 
 def in_any_dictionary(con, name: str, also: tuple[tuple[str, str], ...] = ()) -> bool:
@@ -37,43 +70,104 @@ def in_any_dictionary(con, name: str, also: tuple[tuple[str, str], ...] = ()) ->
     return any(concept_key(name) in column_keys(con, t, c) for t, c in (*dictionary_columns(), *also))
 
 
-def misspell(name: str, rng) -> str:
-    """`name` with one typo in a longer word (adjacent letters swapped, a letter dropped or doubled)."""
-    words = list(re.finditer(r"[A-Za-z]{4,}", name))
-    if not words:  # a short name (pH, INR): double one of its letters
-        letters = [m.start() for m in re.finditer(r"[A-Za-z]", name)]
-        if not letters:
-            raise Rejected("concept_name_has_no_letters")
-        i = letters[int(rng.integers(len(letters)))]
-        return name[:i] + name[i] + name[i:]
-    word = words[int(rng.integers(len(words)))]
-    i = word.start() + int(rng.integers(1, len(word.group()) - 1))  # never the first or last letter
-    edit = int(rng.integers(3))
-    if edit == 0:
-        return name[:i] + name[i + 1] + name[i] + name[i + 2:]
-    if edit == 1:
-        return name[:i] + name[i + 1:]
-    return name[:i] + name[i] + name[i:]
+def known_keys(con, vocab: str) -> list[str]:
+    """Concept keys of the names a reader would map a name of this vocabulary to: its column and its kin."""
+    entry = catalogue().get(vocab)
+    columns = _existing([vocab, *(entry.compare_with if entry else [])])
+    return sorted(set().union(*(column_keys(con, t, c) for t, c in columns)))
+
+
+def close(con, candidates: Sequence[str], known: Sequence[str]) -> dict[str, str]:
+    """The candidates close to a known name, each with the reason. Names are compared as concept keys:
+    - typo: their letters and digits are within max(2, longer length // 8) edits (DuckDB levenshtein);
+    - part: the candidate's words are a run of a known name's words, or a known name with a word of 4+ letters
+      is a run of the candidate's words ('Vancomycin' ~ 'Vancomycin Oral Liquid');
+    - searchable: every word of 4+ letters of the candidate occurs inside some known name, so the reader's
+      ILIKE '%word%' finds a lead for each (a candidate without such a word is close too)."""
+    keys = {name: concept_key(name) for name in candidates}
+    runs = [f" {' '.join(_words(k))} " for k in known]
+    runs_long = [r for r in runs if any(len(w) >= MIN_WORD for w in r.split())]
+    typos = _typos(con, sorted(set(keys.values())), known)
+    text, reasons = "\n".join(known), {}
+    for name, key in keys.items():
+        run, long_words = f" {' '.join(_words(key))} ", [w for w in _words(key) if len(w) >= MIN_WORD]
+        if key in typos:
+            reasons[name] = "typo"
+        elif any(run in r for r in runs) or any(r in run for r in runs_long):
+            reasons[name] = "part"
+        elif all(w in text for w in long_words):
+            reasons[name] = "searchable"
+    return reasons
+
+
+def _words(key: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", key)
+
+
+def _typos(con, keys: list[str], known: Sequence[str]) -> set[str]:
+    """The keys within the typo distance of some known key (compact forms: letters and digits only)."""
+    if not keys or not known:
+        return set()
+    rows = con.execute(
+        "WITH c AS (SELECT k, regexp_replace(k, '[^a-z0-9]', '', 'g') AS s FROM unnest(?::VARCHAR[]) t(k)), "
+        "n AS (SELECT regexp_replace(k, '[^a-z0-9]', '', 'g') AS s FROM unnest(?::VARCHAR[]) t(k)), "
+        "p AS (SELECT c.k, c.s AS a, n.s AS b, greatest(?, greatest(length(c.s), length(n.s)) // ?) AS m "
+        "FROM c, n WHERE abs(length(c.s) - length(n.s)) <= greatest(?, greatest(length(c.s), length(n.s)) // ?)) "
+        "SELECT DISTINCT k FROM p WHERE levenshtein(a, b) <= m ORDER BY k",
+        [keys, list(known), MIN_EDITS, LETTERS_PER_EDIT, MIN_EDITS, LETTERS_PER_EDIT]).fetchall()
+    return {k for (k,) in rows}
+
+
+_UNKNOWN: dict[tuple[str, str, str], tuple[str, ...]] = {}
+
+
+def unknown_names(con, vocab: str, slot: str, names: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The names (default: the catalogue's for the slot) that the database does not know and that are not close
+    to a name of that kind it knows, sorted. The catalogue's answer is kept per database file, like column_keys."""
+    path = scalar(con, "SELECT coalesce(path, database_name) FROM duckdb_databases() WHERE database_name = current_database()")
+    if names is None and (path, vocab, slot) in _UNKNOWN:
+        return _UNKNOWN[(path, vocab, slot)]
+    table, column = vocab.split(".")
+    absent = [n for n in (catalogue_names(vocab, slot) if names is None else names)
+              if not in_any_dictionary(con, n, also=((table, column),))]
+    near = close(con, absent, known_keys(con, vocab)) if absent else {}
+    found = tuple(sorted(n for n in absent if n not in near))
+    if names is None:
+        _UNKNOWN[(path, vocab, slot)] = found
+    return found
 
 
 @register
 class UnknownConcept(NoiseSubtype):
     name = "unknown_concept"
     level = "query"
-    version = 2  # 2: a made-up name is no case, spacing or tall-man variant of any dictionary name
-    requires = "a concept slot (a text slot with a vocabulary: table.column)"
+    # 3: a real name of the same kind the record does not know, not close to any it knows (a typo of a real
+    # name, v2, was recognised and answered by a careful analyst in the first blind audit)
+    # (and no longer on counts and lists, answered by absence; nor on code dictionaries, which have no catalogue)
+    version = 3
+    requires = ("a value question (not a count or list) with a concept slot whose vocabulary has catalogue names "
+                "(unknown_concepts.yaml; ICD titles and HCPCS descriptions have none)")
 
     def applies(self, template):
-        return super().applies(template) and bool(concept_slots(template))
+        """A value question naming a concept: a count (0) or a list (none) over a concept the record does not have
+        is answered by its absence, as false_premise's are; a yes/no question is listed only where it presupposes
+        the concept (a susceptibility result), like false_premise's. Only slots the catalogue has names for."""
+        answered_by_absence = template.spec.answer.type in (AnswerType.count, AnswerType.list)
+        return super().applies(template) and not answered_by_absence and bool(_catalogued_slots(template))
 
     def make(self, con, task, template, rng):
-        slots = concept_slots(template)
+        slots = _catalogued_slots(template)
         slot = slots[int(rng.integers(len(slots)))]
-        clean, (table, column) = str(task.slots[slot]), vocabulary(template, slot)
-        for _ in range(MAX_TRIES):
-            candidate = misspell(clean, rng)
-            known = in_any_dictionary(con, candidate, also=((table, column),))
-            if concept_key(candidate) != concept_key(clean) and not known:
-                return swapped_twin(template, task, {slot: candidate}, {"table": table, "filter": {column: candidate}},
-                                    guard=(table, column, candidate))
-        raise Rejected("no_unknown_spelling")
+        table, column = vocabulary(template, slot)
+        candidates = unknown_names(con, f"{table}.{column}", slot)
+        if not candidates:
+            raise Rejected("no_unknown_concept")
+        candidate = candidates[int(rng.integers(len(candidates)))]
+        return swapped_twin(template, task, {slot: candidate}, {"table": table, "filter": {column: candidate}},
+                            guard=(table, column, candidate))
+
+
+def _catalogued_slots(template) -> list[str]:
+    """The template's concept slots whose vocabulary the catalogue has names for."""
+    return [slot for slot in concept_slots(template)
+            if catalogue_names(".".join(vocabulary(template, slot)), slot)]
