@@ -25,7 +25,8 @@ class NullValue(NoiseSubtype):
     name = "null_value"
     level = "value"
     requires = "a patient-level template (a population answer over many rows survives one NULL)"
-    version = 5  # 5: an infusion's amount goes NULL with its original amount (a blind audit: 50 mL kept there)
+    version = 6  # 6: a stay's first care unit goes NULL with its last (one transfer: the same unit; a blind audit)
+    # 5: an infusion's amount goes NULL with its original amount (a blind audit: 50 mL kept there)
     # 3: the fact's companions (text value, MIC) and sibling rows (pharmacy, transfers) go NULL too;
     # 4: a procedure's date is its value (duplicates.yaml), not its code (a key column)
 
