@@ -18,6 +18,7 @@ from typing import Any
 
 import duckdb
 
+from pipeline.jsontree import without_key
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.release.records import TaskRecord
 from pipeline.source.schema import load_schema
@@ -120,12 +121,5 @@ def plan_shape(cursor: duckdb.DuckDBPyConnection, sql: str) -> str:
     """The physical plan DuckDB would run for `sql`, as JSON without its cardinality estimates: what work a scan
     does, not how many rows the optimizer guessed."""
     rows = cursor.execute(f"EXPLAIN (FORMAT json) {sql}").fetchall()
-    return json.dumps(_without_estimates(json.loads(rows[0][1])), sort_keys=True)
+    return json.dumps(without_key(json.loads(rows[0][1]), "Estimated Cardinality"), sort_keys=True)
 
-
-def _without_estimates(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {k: _without_estimates(v) for k, v in node.items() if k != "Estimated Cardinality"}
-    if isinstance(node, list):
-        return [_without_estimates(v) for v in node]
-    return node

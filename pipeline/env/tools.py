@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from pipeline.jsontree import without_key
+
 Scalar = float | int | str | bool
 
 
@@ -70,18 +72,10 @@ def arguments_model(name: str) -> type[BaseModel]:
     return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
 
 
-def _strip_titles(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {k: _strip_titles(v) for k, v in node.items() if k != "title"}
-    if isinstance(node, list):
-        return [_strip_titles(v) for v in node]
-    return node
-
-
 def openai_spec(name: str) -> dict[str, Any]:
     """The tool in the OpenAI function-calling format."""
     summary, _ = _doc_parts(TOOLS[name])
-    parameters = _strip_titles(arguments_model(name).model_json_schema())
+    parameters = without_key(arguments_model(name).model_json_schema(), "title")
     parameters["additionalProperties"] = False
     return {"type": "function", "function": {"name": name, "description": summary, "parameters": parameters}}
 
