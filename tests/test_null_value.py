@@ -48,3 +48,22 @@ def test_a_nulled_lab_number_keeps_no_text_and_a_nulled_unit_no_transfer(source)
             units = source.execute("SELECT careunit FROM transfers WHERE hadm_id = ? AND intime = ?",
                                    [stay["hadm_id"], stay["intime"]]).fetchall()
         assert units == [(None,)]  # the ICU transfer no longer names the unit
+
+
+def test_a_billed_procedure_charted_in_the_icu_keeps_its_date(source):
+    """An admission with ICU procedure events may record the procedure there (CRRT for urinary filtration): its
+    ICD procedure date is never nulled nor moved; one without them is."""
+    import numpy as np
+
+    template = TEMPLATES["procedure_first_date_in_admission"]
+    reasons = {True: set(), False: set()}
+    for task in instantiate(source, [template], per_template=12, seed=3)[0]:
+        charted = source.execute("SELECT count(*) FROM procedureevents WHERE hadm_id = ?", [task.slots["hadm_id"]]).fetchall()[0][0] > 0
+        for name in ("null_value", "displaced_time"):
+            try:
+                subtypes()[name].make(source, task, template, np.random.default_rng(0))
+                reasons[charted].add("made")
+            except Rejected as exc:
+                reasons[charted].add(exc.reason)
+    assert reasons[True] == {"witnessed_elsewhere"}, reasons
+    assert "made" in reasons[False] and "witnessed_elsewhere" not in reasons[False], reasons

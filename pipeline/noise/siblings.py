@@ -64,6 +64,11 @@ def sibling_patch(con, table: str, before: list[dict], after: list[dict], patche
     return Patch(tables=tables, slots=patched.slots)
 
 
+def witnessed(con, table: str, rows: list[dict]) -> bool:
+    """Some row's encounter has rows in a table that may record the same event another way (siblings.yaml)."""
+    return any(matching_rows(con, rule, row) for rule in sibling_rules().get("witnesses", {}).get(table, []) for row in rows)
+
+
 def _listed(targets: str | list[str]) -> list[str]:
     """A rule's sibling column(s) for one evidence column."""
     return [targets] if isinstance(targets, str) else list(targets)

@@ -61,6 +61,12 @@ def _same(a: AnswerValue, b: AnswerValue, template: Template) -> bool:
     return answers_agree(a, b, template.spec.answer)
 
 
+def _reads_alike(naive: AnswerValue, expected: AnswerValue, template: Template) -> bool:
+    """The careless reading gives the expected value: the answer format fixes the unit, so a unit the rows
+    happen to carry (a respiratory rate in 'bpm') does not make another answer (a blind audit)."""
+    return _same(naive.model_copy(update={"unit": expected.unit}), expected, template)
+
+
 def _check_references(con, tables: Tables, twin: NoisyTwin, template: Template, slots: dict, expected: AnswerValue | None, where: str) -> AnswerValue:
     """Both reference programs must give `expected`; with None (a repair) they must agree on an answer."""
     sql_answer = _answer(lambda: con.sql(twin.reference_sql).pl(), template, f"reference_sql_error_{where}")
@@ -138,9 +144,9 @@ def verify_pair(con: duckdb.DuckDBPyConnection, tables: Tables, task: CleanTask,
         raise Rejected("question_reveals_noise")
     if subtype.noisy_data_unanswerable and not _finds_nothing(naive, template):
         raise Rejected("noisy_data_still_answers")
-    if twin.contract == "repair" and naive is not None and _same(naive, expected, template):
+    if twin.contract == "repair" and naive is not None and _reads_alike(naive, expected, template):
         raise Rejected("no_divergence")  # the noise did not change what a naive reading answers
-    trap = naive is not None and not is_empty(naive) and not _same(naive, expected, template)
+    trap = naive is not None and not is_empty(naive) and not _reads_alike(naive, expected, template)
     return NoisePair(
         pair_id=f"{task.task_id}-{subtype.name}", subtype=subtype.name, subtype_version=subtype.version,
         level=subtype.level, contract=twin.contract, clean=task, noisy_question=question,

@@ -158,8 +158,19 @@ def _formula(formula: str) -> str:
 
 @strategy("breakpoint")
 def breakpoint(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any]) -> AnswerValue | None:
-    """A missing interpretation read from the MIC by standard breakpoints (declared drug/organism pairs only)."""
-    return _repaired(con, case, {rule["table"]: {rule["column"]: f"coalesce(t.{rule['column']}, {breakpoint_sql(rule)})"}})
+    """A missing or masked interpretation read from the MIC: by standard breakpoints (declared drug/organism pairs
+    only), else by the one interpretation the record gives the same organism, antibiotic and MIC elsewhere."""
+    column, masks = f"t.{rule['column']}", ", ".join(_quote(m) for m in rule["masks"])
+    reading = f"coalesce({breakpoint_sql(rule)}, {record_reading_sql(rule)}, {column})"
+    return _repaired(con, case, {rule["table"]: {rule["column"]: f"CASE WHEN coalesce({column} IN ({masks}), TRUE) THEN {reading} ELSE {column} END"}})
+
+
+def record_reading_sql(rule: dict[str, Any]) -> str:
+    """The single interpretation other rows of the table give the same organism and antibiotic at the same MIC."""
+    column, masks = rule["column"], ", ".join(_quote(m) for m in rule["masks"])
+    same = " AND ".join(f"o.{c} = t.{c}" for c in ("org_name", "ab_name", "dilution_value"))
+    return (f"(SELECT min(o.{column}) FROM {rule['table']} o WHERE {same} AND trim(o.dilution_comparison) = "
+            f"trim(t.dilution_comparison) AND o.{column} NOT IN ({masks}) HAVING count(DISTINCT o.{column}) = 1)")
 
 
 def breakpoint_sql(rule: dict[str, Any]) -> str:

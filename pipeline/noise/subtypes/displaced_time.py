@@ -30,7 +30,7 @@ from pipeline.noise.exclusion import excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.overlay import overlay
 from pipeline.noise.patch import Patch, TablePatch
-from pipeline.noise.siblings import sibling_patch
+from pipeline.noise.siblings import sibling_patch, witnessed
 from pipeline.source.schema import load_schema
 from pipeline.templates.answers import AnswerValue, canonical_answer, is_empty
 from pipeline.templates.instantiate import typed_slots
@@ -54,7 +54,8 @@ TIME_COLUMNS = {t: [s["time"], *s.get("along", []), *([s["end"]] if s.get("end")
 class DisplacedTime(NoiseSubtype):
     name = "displaced_time"
     level = "record"
-    version = 5  # 5: a moved order start moves its pharmacy entry/verification times and its provider order too
+    version = 6  # 6: not where another table may record the same event (an ICU procedure for a billed one)
+    # 5: a moved order start moves its pharmacy entry/verification times and its provider order too
     # 3: one end of a measured duration, 24 h lead on every table, unround offsets, siblings, qualifiers;
     # 4: written-out durations (icustays.los) follow the moved ends
     requires = "evidence rows of a timed event table (displaced_time.yaml), not the encounter row itself"
@@ -75,6 +76,8 @@ class DisplacedTime(NoiseSubtype):
         moving, step = moved_columns(table, task.gold_sql), granularity(con, table, time)
         moved = [_rederived(_displace(row, moving, start, lead, step, rng), timed_tables()[table]) for row, start in chosen]
         before = [r for r, _ in chosen]
+        if witnessed(con, table, before):
+            raise Rejected("witnessed_elsewhere")
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=_keys(before, key_columns), add=moved)})
         patch = sibling_patch(con, table, before, moved, patch)
         as_date = not isinstance(moved[0][time], dt.datetime)

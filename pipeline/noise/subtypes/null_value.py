@@ -5,6 +5,8 @@ loses the value column its question reads (`values` in duplicates.yaml: discharg
 The same fact kept elsewhere (siblings.yaml) goes with it, or a careful analyst would read it there: a lab's
 text `value` with its `valuenum`, a susceptibility's MIC (dilution) with its interpretation, the pharmacy row's
 start / stop time and route with the prescription's, the ICU transfer's care unit with the stay's first unit.
+Where another table may record the same event in its own vocabulary (siblings.yaml `witnesses`: an ICU procedure
+event for a billed procedure), the candidate is rejected (`witnessed_elsewhere`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.measurements import measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import read_value_column
-from pipeline.noise.siblings import companions, sibling_patch
+from pipeline.noise.siblings import companions, sibling_patch, witnessed
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
 
@@ -25,7 +27,8 @@ class NullValue(NoiseSubtype):
     name = "null_value"
     level = "value"
     requires = "a patient-level template (a population answer over many rows survives one NULL)"
-    version = 6  # 6: a stay's first care unit goes NULL with its last (one transfer: the same unit; a blind audit)
+    version = 7  # 7: not where another table may record the same event (siblings.yaml witnesses; a blind audit)
+    # 6: a stay's first care unit goes NULL with its last (one transfer: the same unit; a blind audit)
     # 5: an infusion's amount goes NULL with its original amount (a blind audit: 50 mL kept there)
     # 3: the fact's companions (text value, MIC) and sibling rows (pharmacy, transfers) go NULL too;
     # 4: a procedure's date is its value (duplicates.yaml), not its code (a key column)
@@ -42,6 +45,8 @@ class NullValue(NoiseSubtype):
         rows = rows_by_key(con, table, keys)
         if len(rows) != len(keys) or any(row[number] is None for row in rows):
             raise Rejected("evidence_not_clean")
+        if witnessed(con, table, rows):
+            raise Rejected("witnessed_elsewhere")
         blank = dict.fromkeys([number, *companions(table, number), *([facts.text] if facts and facts.text else [])])
         blanked = [{**row, **blank} for row in rows]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=keys, add=blanked)})

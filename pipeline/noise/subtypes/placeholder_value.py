@@ -2,7 +2,8 @@
 
 The texts and the text columns outside measurement tables are data (`placeholders.yaml`). A row is invalid when
 it holds an error text, or a mask with no number beside it. Patient scope: the evidence row's text gets a mask or
-error text (a measurement's number becomes NULL); abstain. Population scope: one subject's rows of a text column
+error text (a measurement's number becomes NULL, and so do the row's columns stating the same fact, e.g. an
+interpretation's MIC); abstain. Population scope: one subject's rows of a text column
 outside the measurements (discharge location, route, dose, interpretation) get a mask; repair by answering over
 valid rows. A population question over a measurement's number is left out: on the real demo every error text has
 a NULL number (so the careless reading already skips the row: nothing to repair), and an error text beside a
@@ -22,7 +23,7 @@ from pipeline.noise.rules import (
     Rule, alteration, evidence_table_name, flagged_on_source, is_patient, pick, placeholders, scoped_twin,
     table_evidence,
 )
-from pipeline.noise.siblings import sibling_patch
+from pipeline.noise.siblings import companions, sibling_patch
 from pipeline.templates.render import sql_literal
 from pipeline.templates.spec import Scope
 
@@ -51,7 +52,9 @@ class PlaceholderValue(NoiseSubtype):
     level = "value"
     # 2: sibling rows keeping the same fact (siblings.yaml: the pharmacy row's route) are masked alike
     # 3: no population question over a measurement's number (an error text beside a number contradicts itself)
-    version = 3
+    # 4: columns of the same row stating the same fact go NULL with the mask (siblings.yaml companions: a masked
+    #    interpretation loses its MIC, a masked first care unit its last; a blind audit read the MIC)
+    version = 4
     requires = ("evidence in a table with a text value column (measurements.yaml, placeholders.yaml) the gold SQL "
                 "reads; at population scope, one without a number beside it")
 
@@ -75,7 +78,7 @@ class PlaceholderValue(NoiseSubtype):
         if number and not patient:
             raise Rejected("population_over_a_number")
         texts = placeholders()["masks"] + (placeholders()["errors"] if number else [])
-        blank = {number: None} if number else {}
+        blank = dict.fromkeys([*([number] if number else []), *companions(ev.table, text)])
         chosen = pick(ev.rows, patient, rng)
         masked = [{**row, text: str(rng.choice(texts)), **blank} for row in chosen]
         patch = sibling_patch(con, ev.table, chosen, masked, alteration(ev, chosen, masked))  # pharmacy keeps the route

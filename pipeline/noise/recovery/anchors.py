@@ -1,0 +1,115 @@
+"""Strategies over an unknown time: the answer may hold at every time the record makes likely for it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any
+
+import duckdb
+from sqlglot import exp
+
+from pipeline.noise.recovery import strategy
+from pipeline.noise.recovery.case import Case
+from pipeline.noise.recovery.sql import answer_of, gold_tree, reads, temp_views, with_tables
+from pipeline.source.schema import load_schema
+from pipeline.templates.answers import AnswerValue, answers_agree, is_empty
+from pipeline.templates.render import sql_literal
+
+
+@strategy("anchor_range")
+def anchor_range(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any]) -> AnswerValue | None:
+    """An encounter row hidden whole (its time anchors the question's window): every likely anchor its own events
+    allow, hour by hour, gives the gold reading one answer, so the analyst needs no anchor to give it."""
+    tree = gold_tree(case)
+    for encounter in rule["encounters"]:
+        patch = case.patch.tables.get(encounter["table"])
+        if patch is None or patch.add or len(patch.hide) != 1 or not _reads_only(tree, encounter):
+            continue
+        key = patch.hide[0][encounter["key"]]
+        found = _likely_anchors(con, encounter, key)
+        if found is None:
+            continue
+        identity, times = found
+        table, row = encounter["table"], {**identity, encounter["key"]: key}
+        views = ({table: f"SELECT * FROM {table} UNION ALL BY NAME SELECT "
+                         + ", ".join(f"{sql_literal(v)} AS {c}" for c, v in {**row, encounter["anchor"]: time}.items())}
+                 for time in times)
+        return _one_answer(con, case, tree, views)
+    return None
+
+
+@strategy("order_interval")
+def order_interval(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any]) -> AnswerValue | None:
+    """A moved row whose order bounds its true time: the gold reading with the row at every sampled time of the
+    order's interval gives one answer."""
+    tree = gold_tree(case)
+    for fact in rule["rows"]:
+        table, patch = fact["table"], case.patch.tables.get(fact["table"])
+        if patch is None or len(patch.add) != 1 or not reads(tree, table):
+            continue
+        moved, order = patch.add[0], fact["order"]
+        if moved.get(fact["time"]) is None or any(moved.get(c) is None for c in order["match"]):
+            continue
+        where = " AND ".join(f"{o} = {sql_literal(moved[c])}" for c, o in order["match"].items())
+        start, end = con.execute(f"SELECT min({order['start']}), max(coalesce({order['end']}, {order['start']})) "
+                                 f"FROM {order['table']} WHERE {where}").fetchall()[0]
+        at = con.execute("SELECT CAST(? AS TIMESTAMP)", [str(moved[fact["time"]])]).fetchall()[0][0]
+        if start is None or at is None or start <= at <= end:
+            continue  # no order, or the row lies inside it: the order does not tell its true time
+        same = " AND ".join(f"t.{c} IS NOT DISTINCT FROM {sql_literal(moved[c])}" for c in patch.key_columns)
+        views = ({table: f"SELECT * REPLACE (CASE WHEN {same} THEN {sql_literal(time)} ELSE t.{fact['time']} END AS "
+                         f"{fact['time']}) FROM {table} t"} for time in _spread(start, end, rule["samples"]))
+        return _one_answer(con, case, tree, views)
+    return None
+
+
+def _reads_only(tree: exp.Expression, encounter: dict[str, Any]) -> bool:
+    """The question reads the encounter table and none of its columns beyond the declared ones (an attribute such
+    as the discharge time cannot be placed from the events)."""
+    others = set(load_schema()[encounter["table"]].column_names) - set(encounter["reads"])
+    return reads(tree, encounter["table"]) and not any(c.name in others for c in tree.find_all(exp.Column))
+
+
+def _likely_anchors(con: duckdb.DuckDBPyConnection, encounter: dict[str, Any], key: Any) -> tuple[dict, list[dt.datetime]] | None:
+    """The row's identity columns and every whole hour that each event table's first row of the encounter allows
+    (its declared hours from that row; between the tables' bounds where they disagree), the range's ends first so
+    that a reading that moves with the anchor shows at once; None when the encounter has no event."""
+    bounds, identity = [], None
+    for event in encounter["events"]:
+        where = f"{encounter['key']} = {sql_literal(key)} AND {event['time']} IS NOT NULL" + (
+            f" AND ({event['where']})" if event.get("where") else "")
+        *ids, first = con.execute(f"SELECT {', '.join(f'min({c})' for c in encounter['identity'])}, min({event['time']}) "
+                                  f"FROM {event['table']} WHERE {where}").fetchall()[0]
+        if first is not None:
+            low, high = event["hours"]
+            bounds.append((first + dt.timedelta(hours=low), first + dt.timedelta(hours=high)))
+            identity = identity or dict(zip(encounter["identity"], ids))
+    if not bounds:
+        return None
+    start, end = sorted([max(b[0] for b in bounds), min(b[1] for b in bounds)])
+    hours = int((end - start).total_seconds() // 3600)
+    return identity, [start, end, *(t for h in range(1, hours + 1) if (t := start + dt.timedelta(hours=h)) < end)]
+
+
+def _spread(start: dt.datetime, end: dt.datetime, samples: int) -> list[dt.datetime]:
+    """The ends, then evenly spaced times between them (at most `samples` in all)."""
+    step = (end - start) / max(samples - 1, 1)
+    return [start, end, *(start + step * i for i in range(1, samples - 1))]
+
+
+def _one_answer(con: duckdb.DuckDBPyConnection, case: Case, tree: exp.Expression,
+                views: Iterable[dict[str, str]]) -> AnswerValue | None:
+    """The gold reading over each set of views; the answer when every reading is definite and they all agree."""
+    plain, first = case.template.spec.answer.model_copy(update={"records": []}), None
+    for selects in views:
+        with temp_views(con, selects) as names:
+            answer = answer_of(con, case, with_tables(tree, names))
+        if answer is None or is_empty(answer):
+            return None
+        answer = answer.model_copy(update={"records": {}})
+        if first is None:
+            first = answer
+        elif not answers_agree(first, answer, plain):
+            return None
+    return first
