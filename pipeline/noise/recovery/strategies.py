@@ -133,6 +133,9 @@ def sibling_table(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, An
         touched = case.patch.touched_tables
         if touched and not set(fact["tables"]) & set(touched):
             return _definite(case.naive)
+    tables = [r["table"] for r in rule.get("repairs", [])]
+    if len(tables) != len(set(tables)):
+        raise ValueError(f"recovery.yaml sibling_table: a table is repaired twice in {tables}; list its columns once")
     return _repaired(con, case, {r["table"]: r["columns"] for r in rule.get("repairs", [])})
 
 

@@ -27,7 +27,8 @@ class NullValue(NoiseSubtype):
     name = "null_value"
     level = "value"
     requires = "a patient-level template (a population answer over many rows survives one NULL)"
-    version = 7  # 7: not where another table may record the same event (siblings.yaml witnesses; a blind audit)
+    version = 8  # 8: an infusion's amount goes NULL with its total, original rate and rate (a blind audit)
+    # 7: not where another table may record the same event (siblings.yaml witnesses; a blind audit)
     # 6: a stay's first care unit goes NULL with its last (one transfer: the same unit; a blind audit)
     # 5: an infusion's amount goes NULL with its original amount (a blind audit: 50 mL kept there)
     # 3: the fact's companions (text value, MIC) and sibling rows (pharmacy, transfers) go NULL too;
