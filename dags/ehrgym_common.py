@@ -14,6 +14,7 @@ from pathlib import Path
 from airflow.sdk import Asset, AssetAlias, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
+from pipeline.stage_table import SHARDED_VALUES, STAGE_TABLE
 from pipeline.templates.spec import INTENTS
 
 RELEASES = AssetAlias(name="ehrgym-releases")  # one Asset event per published release, added through this alias
@@ -129,13 +130,22 @@ def publish(work: str, assembled: str, gates: str) -> str:
     return str(release)
 
 
+STAGE_TASKS = {"prepare": prepare, "source_gate": source_gate, "fingerprint": fingerprint, "instantiate": instantiate,
+               "pairs": pairs, "assemble": assemble, "pair_gate": pair_gate, "publish": publish}
+
+
 def release_chain(config):
-    """prepare -> source_gate, fingerprint, shards -> instantiate[shard] -> pairs[shard] -> assemble -> pair_gate -> publish
-    (the order of `pipeline.stages.STAGES`); `config` is a task output holding a BuildConfig as JSON."""
-    work = prepare(config)
-    gated, source = source_gate(work), fingerprint(work)
-    clean = instantiate.partial(work=work).expand(shard=shards(work))
-    gated >> clean
-    verified = pairs.partial(work=work).expand(tasks=clean)
-    assembled = assemble(work, source, clean, verified)
-    return publish(work, assembled, pair_gate(work, assembled))
+    """The stage tasks wired after `pipeline.stage_table` (the only place their order is written): each takes the
+    outputs its stage names; a per-shard stage is mapped over the shards (from the `shards` task) or over the
+    per-shard outputs it takes; `config` is a task output holding a BuildConfig as JSON."""
+    values, tasks = {"config": config}, {}
+    for stage in STAGE_TABLE:
+        if stage.per_shard and "shard" not in values:
+            values["shard"] = shards(values["work"])
+        task_of = STAGE_TASKS[stage.name]
+        mapped = {i: values[i] for i in stage.inputs if stage.per_shard and i in SHARDED_VALUES}
+        fixed = {i: values[i] for i in stage.inputs if i not in mapped}
+        tasks[stage.name] = values[stage.output] = (task_of.partial(**fixed).expand(**mapped) if mapped else task_of(**fixed))
+        for before in stage.after:
+            tasks[before] >> tasks[stage.name]
+    return values[STAGE_TABLE[-1].output]

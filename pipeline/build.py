@@ -1,7 +1,7 @@
-"""The release build: its config, the helpers its stages share, and `run_build` (every stage in one process).
+"""The release build's config and the helpers its stages share.
 
-The stages themselves live in `pipeline.stages` (they pass paths, so the Airflow DAGs can run them one task
-at a time); `run_build` runs the same stages in their declared order.
+The stages live in `pipeline.stages` (they pass paths, so the Airflow DAGs can run them one task at a time), in
+the order of `pipeline.stage_table`; `pipeline.stages.run_build` runs them all in one process.
 """
 
 from __future__ import annotations
@@ -129,21 +129,3 @@ def manifest_of(config: BuildConfig, source: dict, templates: list[Template], ch
                   "split": split_report.model_dump(), "counts": counts_by_cell(labels)},
         "rejections": {f"{t}/{s}/{r}": n for (t, s, r), n in sorted(rejected.items())},
     }
-
-
-def run_build(config: BuildConfig, progress: Progress | None = None, gate: Callable | None = None, *, workers: int = 1) -> Path:
-    """Build and publish `releases_dir/version`. `gate(tasks, labels, patches, con)` returns a report (published
-    as gates.json) or raises to stop the export; by default the pair gate of `pipeline.quality.pair_gate`.
-    `workers` processes verify the pairs (same files for any number). The source gate is the source database's
-    own (`ehrgym validate-source`, the DAGs' source_gate task)."""
-    from pipeline.stages import run_stages  # the stages import this module's config and helpers
-
-    if (Path(config.releases_dir) / config.version).exists():
-        raise FileExistsError(f"{Path(config.releases_dir) / config.version} already exists; versions are never overwritten")
-    return run_stages(config, progress=progress, gate=gate, workers=workers)
-
-
-def default_gate(tasks, labels, patches, con):
-    from pipeline.quality.pair_gate import gate_release  # Great Expectations loads only when a build gates
-
-    return gate_release(tasks, labels, patches, con)

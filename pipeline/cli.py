@@ -1,4 +1,4 @@
-"""The `ehrgym` command line: load, synthesise and validate EHR sources (later: tasks, build, eval)."""
+"""The `ehrgym` command line: load, synthesise and validate EHR sources, instantiate tasks, build releases."""
 
 from __future__ import annotations
 
@@ -231,9 +231,11 @@ def build(
     test_size: Annotated[int, typer.Option(help="test pairs wanted (balanced over scope x level)")] = 1008,
     pairs_per_cell: Annotated[int | None, typer.Option(help="cap per intent x scope x level x sub-type")] = None,
     workers: Annotated[int, typer.Option(help="processes verifying pairs (the files do not depend on it)")] = 1,
+    skip_source_gate: Annotated[bool, typer.Option(help="leave out the source database's gate (run by default)")] = False,
 ) -> None:
-    """Build a release: clean tasks -> verified Clean-Noise pairs -> splits -> gates -> versioned files."""
-    from pipeline.build import BuildConfig, run_build
+    """Build a release: source gate -> clean tasks -> verified Clean-Noise pairs -> splits -> pair gate -> files."""
+    from pipeline.build import BuildConfig
+    from pipeline.stages import run_build
     from pipeline.quality.pair_gate import GateFailed
     from pipeline.quality.report import print_gate_report
 
@@ -254,12 +256,12 @@ def build(
             bar.update(jobs[stage], completed=done)
 
         try:
-            release = run_build(config, progress=on_progress, workers=workers)
+            release = run_build(config, progress=on_progress, workers=workers, skip_source_gate=skip_source_gate)
         except GateFailed as exc:
             print_gate_report(exc.report, out)
             target = out_dir / f"{version}.gate-failure.json"
             exc.report.write_json(target)
-            fail(f"the pair gate failed; nothing was published (report: {target})", code=1)
+            fail(f"the {exc.report.gate} gate failed; nothing was published (report: {target})", code=1)
         except FileExistsError as exc:
             fail(str(exc))
     _print_release(release)

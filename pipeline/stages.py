@@ -16,24 +16,24 @@ import shutil
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 import pipeline
 from pipeline.atomic import atomic_output
-from pipeline.build import (BuildConfig, Progress, build_records, cap_per_cell, default_gate, manifest_of,
-                            select_subtypes, select_templates, source_fingerprint)
+from pipeline.build import (BuildConfig, Progress, build_records, cap_per_cell, manifest_of, select_subtypes,
+                            select_templates, source_fingerprint)
 from pipeline.db import open_source
 from pipeline.noise.verify import NoisePair
 from pipeline.release.pairs import candidate_pairs, choose_pairs
 from pipeline.release.publish import publish_release
 from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord
 from pipeline.release.splits import assign_splits
+from pipeline.stage_table import SHARDED_VALUES, STAGE_TABLE
 from pipeline.templates.instantiate import CleanTask, InstantiationReport, instantiate
 from pipeline.templates.spec import INTENTS, Template
 
-# The order of the stages, declared once: run_stages follows it and the DAGs wire their tasks after it.
-STAGES = ("prepare", "source_gate", "fingerprint", "instantiate", "pairs", "assemble", "pair_gate", "publish")
 ALL = "all"  # the shard holding every selected template (one-process builds)
 
 
@@ -193,7 +193,7 @@ def prepare(config: BuildConfig) -> Path:
     return work
 
 
-def source_gate(work: Path) -> Path:
+def source_gate(work: Path, progress: Progress | None = None) -> Path:
     """The Great Expectations source gate on the build's database; raises GateFailed when a suite fails.
 
     The report belongs to the database, not to one build: it is kept beside it, keyed by the file (path, size,
@@ -202,6 +202,8 @@ def source_gate(work: Path) -> Path:
     from pipeline.quality.pair_gate import GateFailed
     from pipeline.quality.source_gate import DEFAULT_SUITES, validate_source
 
+    if progress:
+        progress("source", 0, 1)
     db = load_config(work).db
     key = hashlib.sha256(json.dumps([_file_identity(db), tree_digest(DEFAULT_SUITES)]).encode()).hexdigest()[:16]
     folder = Path(db).parent if os.access(Path(db).parent, os.W_OK) else Path(work)
@@ -310,9 +312,12 @@ def read_records(assembled: Path) -> tuple[list[TaskRecord], list[LabelRecord], 
             _read_jsonl(assembled / "patches.jsonl", PatchRecord))
 
 
-def pair_gate(work: Path, assembled: Path, gate: Callable | None = None) -> Path:
+def pair_gate(work: Path, assembled: Path, gate: Callable | None = None, progress: Progress | None = None) -> Path:
     """The pair gate (`gate(tasks, labels, patches, con)`, default the GX pair gate) on the assembled records:
     it raises to stop the export; its report becomes the release's gates.json."""
+    if progress:
+        progress("gates", 0, 1)
+
     def write(tmp: Path) -> None:
         config = load_config(work)
         with open_source(config.db) as con:
@@ -355,17 +360,40 @@ def _render(tmp: Path, version: str, assembled: Path, gates: Path, templates: li
                     templates=templates)
 
 
+def default_gate(tasks, labels, patches, con):
+    from pipeline.quality.pair_gate import gate_release  # Great Expectations loads only when a build gates
+
+    return gate_release(tasks, labels, patches, con)
+
+
 def run_stages(config: BuildConfig, shards: list[str] | None = None, progress: Progress | None = None,
-               gate: Callable | None = None, gate_source: bool = False, workers: int = 1) -> Path:
-    """Every stage in the declared order in this process; `shards` defaults to one shard of all templates,
-    `workers` processes verify the pairs."""
-    work = prepare(config)
-    if gate_source:
-        source_gate(work)
-    source = fingerprint(work)
-    tasks = [instantiate_shard(work, shard, progress) for shard in shards or [ALL]]
-    pairs = [pair_shard(work, tasks_dir, progress, workers) for tasks_dir in tasks]
-    assembled = assemble(work, source, tasks, pairs)
-    if progress:
-        progress("gates", 0, 1)
-    return publish(work, assembled, pair_gate(work, assembled, gate))
+               gate: Callable | None = None, workers: int = 1, skip: tuple[str, ...] = ()) -> Path:
+    """Every stage of `pipeline.stage_table` in its order, in this process (the release's path); `shards`
+    defaults to one shard of all templates, `workers` processes verify the pairs, `skip` names gates left out."""
+    wrong = sorted(set(skip) - {stage.name for stage in STAGE_TABLE if stage.gate})
+    if wrong:
+        raise ValueError(f"run_stages: only gates can be skipped, not {wrong}")
+    values: dict[str, Any] = {"config": config, "shard": shards or [ALL]}
+    options = {"progress": progress, "workers": workers, "gate": gate}
+    for stage in STAGE_TABLE:
+        if stage.name in skip:
+            continue
+        run, kwargs = globals()[stage.function], {name: options[name] for name in stage.options}
+        if stage.per_shard:
+            values[stage.output] = [run(*(values[i][k] if i in SHARDED_VALUES else values[i] for i in stage.inputs), **kwargs)
+                                    for k in range(len(values["shard"]))]
+        else:
+            values[stage.output] = run(*(values[i] for i in stage.inputs), **kwargs)
+    return values[STAGE_TABLE[-1].output]
+
+
+def run_build(config: BuildConfig, progress: Progress | None = None, gate: Callable | None = None, *, workers: int = 1,
+              skip_source_gate: bool = False) -> Path:
+    """Build and publish `releases_dir/version`: every stage, the source gate included unless skipped.
+    `gate(tasks, labels, patches, con)` returns a report (published as gates.json) or raises to stop the export;
+    by default the pair gate of `pipeline.quality.pair_gate`. `workers` processes verify the pairs (same files for
+    any number)."""
+    if (Path(config.releases_dir) / config.version).exists():
+        raise FileExistsError(f"{Path(config.releases_dir) / config.version} already exists; versions are never overwritten")
+    return run_stages(config, progress=progress, gate=gate, workers=workers,
+                      skip=("source_gate",) if skip_source_gate else ())

@@ -82,7 +82,8 @@ def synthetic_1000(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def demo_release_dir(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One release of every template on the demo (one task per template, every default sub-type, pair gate
     skipped): what the agents and the question reader are run over. Open it per module; never write into it."""
-    from pipeline.build import BuildConfig, run_build
+    from pipeline.build import BuildConfig
+    from pipeline.stages import run_build
 
     def build(folder: Path) -> None:
         run_build(BuildConfig(db=demo_db, releases_dir=folder, version="demo-v1", per_template=1),

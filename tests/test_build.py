@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import stages
-from pipeline.build import BuildConfig, run_build
+from pipeline.build import BuildConfig
+from pipeline.stages import run_build
 from pipeline.templates.registry import load_templates
 
 SUBTYPES = ["missing_record", "null_value", "implausible_value", "nonexistent_entity", "unknown_concept"]

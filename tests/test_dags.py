@@ -113,22 +113,66 @@ print(json.dumps({{"errors": bag.import_errors, "dags": {{d.dag_id: {{"tags": so
 
 
 def test_the_dag_tasks_follow_the_declared_stage_order(airflow_env: dict[str, str]):
-    from pipeline.stages import STAGES
+    from pipeline.stage_table import STAGE_TABLE, STAGES
 
     script = f"""
 import json
 from pathlib import Path
 from airflow.dag_processing.dagbag import BundleDagBag
 dag = BundleDagBag(dag_folder={str(DAGS)!r}, bundle_path=Path({str(DAGS)!r})).dags["ehrgym_ablation"]
-print(json.dumps([t.task_id for t in dag.topological_sort()]))
+print(json.dumps([[t.task_id for t in dag.topological_sort()], {{t.task_id: sorted(t.upstream_task_ids) for t in dag.tasks}}]))
 """
     result = subprocess.run([sys.executable, "-c", script], env=airflow_env, capture_output=True, text=True, timeout=300)
-    order = json.loads(result.stdout.strip().splitlines()[-1])
+    order, upstream = json.loads(result.stdout.strip().splitlines()[-1])
+    # each stage task waits for exactly the stages whose outputs it takes and those it waits for (the table's edges),
+    # plus `shards` for the first mapped stage and the config task for `prepare`
+    producer = {stage.output: stage.name for stage in STAGE_TABLE}
+    for stage in STAGE_TABLE:
+        wanted = {producer[i] for i in stage.inputs if i in producer} | set(stage.after)
+        assert set(upstream[stage.name]) - {"shards", "ablation_config"} == wanted, stage.name
     stage_tasks = [task for task in order if task in STAGES]
     assert set(stage_tasks) == set(STAGES)
     # source_gate and fingerprint are independent of each other; every other pair keeps the declared order
     rank = {stage: i for i, stage in enumerate(STAGES)}
     assert all(rank[a] < rank[b] or {a, b} == {"source_gate", "fingerprint"} for a, b in zip(stage_tasks, stage_tasks[1:]))
+
+
+def test_run_stages_walks_the_table_mapping_per_shard_stages(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """One process follows the same table: every stage in order with the outputs it names, per-shard stages once
+    per shard; a skipped gate is left out; only gates can be skipped."""
+    from pipeline import stages
+    from pipeline.build import BuildConfig
+    from pipeline.stage_table import STAGE_TABLE
+
+    calls = []
+    for stage in STAGE_TABLE:
+        def fake(*args, _name=stage.name, **kwargs):
+            calls.append((_name, args))
+            return f"{_name}{len(calls)}"
+        monkeypatch.setattr(stages, stage.function, fake)
+    db = tmp_path / "x.duckdb"
+    db.touch()
+    config = BuildConfig(db=db, releases_dir=tmp_path, version="v")
+    assert stages.run_stages(config, shards=["a", "b"]) == f"publish{len(calls)}"
+    names = [name for name, _ in calls]
+    assert names == ["prepare", "source_gate", "fingerprint", "instantiate", "instantiate", "pairs", "pairs",
+                     "assemble", "pair_gate", "publish"]
+    args = dict(zip([f"{n}{i}" for i, n in enumerate(names, 1)], [a for _, a in calls]))
+    assert args["instantiate4"] == ("prepare1", "a") and args["instantiate5"] == ("prepare1", "b")
+    assert args["pairs6"] == ("prepare1", "instantiate4") and args["pairs7"] == ("prepare1", "instantiate5")
+    assert args["assemble8"] == ("prepare1", "fingerprint3", ["instantiate4", "instantiate5"], ["pairs6", "pairs7"])
+    calls.clear()
+    stages.run_stages(config, skip=("source_gate",))
+    assert "source_gate" not in [name for name, _ in calls]
+    with pytest.raises(ValueError, match="only gates can be skipped"):
+        stages.run_stages(config, skip=("fingerprint",))
+
+
+def test_a_stage_table_with_an_input_from_nowhere_is_refused():
+    from pipeline.stage_table import STAGE_TABLE, Stage, check_table
+
+    with pytest.raises(ValueError, match="'pairs'.*tasks"):
+        check_table((STAGE_TABLE[0], Stage("pairs", "pair_shard", ("work", "tasks"), "pairs", per_shard=True)))
 
 
 def test_rebuild_publishes_a_release_whose_manifest_counts_match_its_files(rebuilt: Path):

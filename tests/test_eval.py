@@ -12,7 +12,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from pipeline.build import BuildConfig, run_build
+from pipeline.build import BuildConfig
+from pipeline.stages import run_build
 from pipeline.evaluate.cli import eval_command
 from pipeline.evaluate.evaluation import evaluate
 from pipeline.evaluate.runner import EvalConfig

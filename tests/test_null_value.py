@@ -51,14 +51,18 @@ def test_a_nulled_lab_number_keeps_no_text_and_a_nulled_unit_no_transfer(source)
 
 
 def test_a_billed_procedure_charted_in_the_icu_keeps_its_date(source):
-    """An admission with ICU procedure events may record the procedure there (CRRT for urinary filtration): its
-    ICD procedure date is never nulled nor moved; one without them is."""
+    """ICU procedure events within a day of a billed procedure may record it (CRRT for urinary filtration): its
+    ICD procedure date is never nulled nor moved; one without such events is."""
     import numpy as np
 
     template = TEMPLATES["procedure_first_date_in_admission"]
     reasons = {True: set(), False: set()}
     for task in instantiate(source, [template], per_template=12, seed=3)[0]:
-        charted = source.execute("SELECT count(*) FROM procedureevents WHERE hadm_id = ?", [task.slots["hadm_id"]]).fetchall()[0][0] > 0
+        charted = source.execute(
+            "SELECT count(*) FROM procedures_icd p JOIN d_icd_procedures d USING (icd_code, icd_version) JOIN procedureevents e "
+            "USING (hadm_id) WHERE p.hadm_id = ? AND lower(trim(d.long_title)) = lower(trim(?)) "
+            "AND abs(date_diff('day', e.starttime::DATE, p.chartdate)) <= 1",
+            [task.slots["hadm_id"], task.slots["procedure_title"]]).fetchall()[0][0] > 0
         for name in ("null_value", "displaced_time"):
             try:
                 subtypes()[name].make(source, task, template, np.random.default_rng(0))

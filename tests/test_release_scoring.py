@@ -14,7 +14,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from pipeline.build import BuildConfig, run_build
+from pipeline.build import BuildConfig
+from pipeline.stages import run_build
 from pipeline.env import verifier
 from pipeline.env.records import Trajectory
 from pipeline.env.release import Release, ReleaseError

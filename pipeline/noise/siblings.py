@@ -65,8 +65,17 @@ def sibling_patch(con, table: str, before: list[dict], after: list[dict], patche
 
 
 def witnessed(con, table: str, rows: list[dict]) -> bool:
-    """Some row's encounter has rows in a table that may record the same event another way (siblings.yaml)."""
-    return any(matching_rows(con, rule, row) for rule in sibling_rules().get("witnesses", {}).get(table, []) for row in rows)
+    """Some row's encounter has rows near its time in a table that may record the same event another way."""
+    return any(_near(rule.get("near"), row, sibling) for rule in sibling_rules().get("witnesses", {}).get(table, [])
+               for row in rows for sibling in matching_rows(con, rule, row))
+
+
+def _near(near: dict | None, row: dict, sibling: dict) -> bool:
+    """The sibling row lies within `near.days` of the row (always, without a `near` rule or a time)."""
+    if near is None or row.get(near["time"]) is None or sibling.get(near["sibling"]) is None:
+        return True
+    day = lambda value: value.date() if isinstance(value, dt.datetime) else value  # noqa: E731
+    return abs((day(sibling[near["sibling"]]) - day(row[near["time"]])).days) <= near["days"]
 
 
 def _listed(targets: str | list[str]) -> list[str]:

@@ -39,29 +39,57 @@ def anchor_range(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any
     return None
 
 
-@strategy("order_interval")
-def order_interval(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any]) -> AnswerValue | None:
-    """A moved row whose order bounds its true time: the gold reading with the row at every sampled time of the
-    order's interval gives one answer."""
+@strategy("bounded_time")
+def bounded_time(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any]) -> AnswerValue | None:
+    """A moved row whose true time the record bounds (its order's interval, its neighbours in sequence): the gold
+    reading with the row at every sampled time of the bounds gives one answer."""
     tree = gold_tree(case)
     for fact in rule["rows"]:
         table, patch = fact["table"], case.patch.tables.get(fact["table"])
-        if patch is None or len(patch.add) != 1 or not reads(tree, table):
+        if patch is None or len(patch.add) != 1 or not reads(tree, table) or patch.add[0].get(fact["time"]) is None:
             continue
-        moved, order = patch.add[0], fact["order"]
-        if moved.get(fact["time"]) is None or any(moved.get(c) is None for c in order["match"]):
-            continue
-        where = " AND ".join(f"{o} = {sql_literal(moved[c])}" for c, o in order["match"].items())
-        start, end = con.execute(f"SELECT min({order['start']}), max(coalesce({order['end']}, {order['start']})) "
-                                 f"FROM {order['table']} WHERE {where}").fetchall()[0]
+        moved = patch.add[0]
         at = con.execute("SELECT CAST(? AS TIMESTAMP)", [str(moved[fact["time"]])]).fetchall()[0][0]
-        if start is None or at is None or start <= at <= end:
-            continue  # no order, or the row lies inside it: the order does not tell its true time
+        bounds = [b for b in (_order_bounds(con, fact, moved), _sequence_bounds(con, fact, moved)) if b is not None]
+        if not bounds or any(low <= at <= high for low, high in bounds):
+            continue  # nothing bounds the row, or it lies inside its bounds: they do not tell its true time
+        low, high = max(b[0] for b in bounds), min(b[1] for b in bounds)
+        if low > high:  # the order and the sequence disagree: the sequence is the finer of the two
+            low, high = bounds[-1]
         same = " AND ".join(f"t.{c} IS NOT DISTINCT FROM {sql_literal(moved[c])}" for c in patch.key_columns)
         views = ({table: f"SELECT * REPLACE (CASE WHEN {same} THEN {sql_literal(time)} ELSE t.{fact['time']} END AS "
-                         f"{fact['time']}) FROM {table} t"} for time in _spread(start, end, rule["samples"]))
+                         f"{fact['time']}) FROM {table} t"} for time in _spread(low, high, rule["samples"]))
         return _one_answer(con, case, tree, views)
     return None
+
+
+def _order_bounds(con: duckdb.DuckDBPyConnection, fact: dict[str, Any], moved: dict[str, Any]) -> tuple | None:
+    """The row's order's start and stop (its start when it has no stop), widened by the declared slack."""
+    order = fact.get("order")
+    if not order or any(moved.get(c) is None for c in order["match"]):
+        return None
+    where = " AND ".join(f"{o} = {sql_literal(moved[c])}" for c, o in order["match"].items())
+    low, high = con.execute(f"SELECT min({order['start']}), max(coalesce({order['end']}, {order['start']})) "
+                            f"FROM {order['table']} WHERE {where}").fetchall()[0]
+    return None if low is None else _widened(low, high, order["slack_hours"])
+
+
+def _sequence_bounds(con: duckdb.DuckDBPyConnection, fact: dict[str, Any], moved: dict[str, Any]) -> tuple | None:
+    """The times of the rows just before and after the row in its sequence (same `within` columns), widened."""
+    sequence = fact.get("sequence")
+    if not sequence or moved.get(sequence["column"]) is None or any(moved.get(c) is None for c in sequence["within"]):
+        return None
+    same = " AND ".join(f"{c} = {sql_literal(moved[c])}" for c in sequence["within"])
+    column, time, position = sequence["column"], fact["time"], sql_literal(moved[sequence["column"]])
+    low, high = con.execute(
+        f"SELECT (SELECT {time} FROM {fact['table']} WHERE {same} AND {column} < {position} AND {time} IS NOT NULL "
+        f"ORDER BY {column} DESC LIMIT 1), (SELECT {time} FROM {fact['table']} WHERE {same} AND {column} > {position} "
+        f"AND {time} IS NOT NULL ORDER BY {column} LIMIT 1)").fetchall()[0]
+    return None if low is None or high is None else _widened(low, high, sequence["slack_hours"])
+
+
+def _widened(low: dt.datetime, high: dt.datetime, hours: float) -> tuple[dt.datetime, dt.datetime]:
+    return low - dt.timedelta(hours=hours), high + dt.timedelta(hours=hours)
 
 
 def _reads_only(tree: exp.Expression, encounter: dict[str, Any]) -> bool:
