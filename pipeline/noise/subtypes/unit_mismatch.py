@@ -10,7 +10,7 @@ exact. A careful analyst converts it back, so the label is the clean answer; the
 read as if in the usual unit. Items without a same-dimension unit (cell counts, molar vs mass) are rejected
 (`no_convertible_unit`): a relabel-only row is usually still readable in the usual unit (3.55 "K/uL" of RBC is
 3.55 m/uL), so no label follows from it.
-Population scope (repair, unchanged): rows are relabelled with a confusable unit (`units.yaml` `confusable`)
+Population scope (repair): rows are relabelled with a unit that does not fit (`units.yaml` `confusable`, v3)
 and the answer is taken over the rows whose unit is their item's expected unit.
 """
 
@@ -217,7 +217,9 @@ class UnitMismatch(NoiseSubtype):
     name = "unit_mismatch"
     level = "value"
     requires = "evidence in a table with a unit column (measurements.yaml, units.yaml)"
-    version = 2  # 2: patient scope re-expresses the same quantity in a same-dimension unit (a repair to the clean
+    version = 3  # 3: population relabels take a unit that does not fit (U/L for a mg/dL or mmol/L analyte; a
+    # blind audit converted urea "mmol/L" through its molar mass)
+    # 2: patient scope re-expresses the same quantity in a same-dimension unit (a repair to the clean
     # answer) instead of relabelling the number (abstain): a relabelled number is still readable in the usual unit
 
     def applies(self, template):
