@@ -31,9 +31,13 @@ def reset_times(release: Release, task_ids: list[str]) -> dict[str, float]:
         by_condition[release.label(task_id).condition].append((time.perf_counter() - started) * 1000)
         episode.close()
     every = by_condition["clean"] + by_condition["noise"]
-    return {"reset_ms_median": statistics.median(every), "reset_ms_p90": sorted(every)[int(0.9 * (len(every) - 1))],
-            "reset_ms_median_clean": statistics.median(by_condition["clean"] or [0.0]),
-            "reset_ms_median_noise": statistics.median(by_condition["noise"] or [0.0]), "resets": len(every)}
+    return {
+        "reset_ms_median": statistics.median(every),
+        "reset_ms_p90": sorted(every)[int(0.9 * (len(every) - 1))],
+        "reset_ms_median_clean": statistics.median(by_condition["clean"] or [0.0]),
+        "reset_ms_median_noise": statistics.median(by_condition["noise"] or [0.0]),
+        "resets": len(every),
+    }
 
 
 def _raw(cursor, sql: str, cap: int) -> list:
@@ -65,9 +69,15 @@ def sql_tool_vs_raw(release: Release, task_ids: list[str], repeats: int) -> dict
             raw = _best(lambda: _raw(episode.gateway.cursor, sql, release.limits.row_cap), repeats)
         totals = {"cold": totals["cold"] + cold, "warm": totals["warm"] + warm, "raw": totals["raw"] + raw}
         ratios.append(cold / raw)
-    return {"sql_tool_cold_s": totals["cold"], "sql_tool_warm_s": totals["warm"], "raw_duckdb_s": totals["raw"],
-            "sql_tool_vs_raw": totals["cold"] / totals["raw"], "sql_tool_vs_raw_warm": totals["warm"] / totals["raw"],
-            "sql_tool_vs_raw_median_per_query": statistics.median(ratios), "queries": len(task_ids)}
+    return {
+        "sql_tool_cold_s": totals["cold"],
+        "sql_tool_warm_s": totals["warm"],
+        "raw_duckdb_s": totals["raw"],
+        "sql_tool_vs_raw": totals["cold"] / totals["raw"],
+        "sql_tool_vs_raw_warm": totals["warm"] / totals["raw"],
+        "sql_tool_vs_raw_median_per_query": statistics.median(ratios),
+        "queries": len(task_ids),
+    }
 
 
 def _oracle_pass(release: Release, agent, contexts: dict) -> tuple[float, int]:
@@ -92,8 +102,12 @@ def oracle_episodes(release: Release, task_ids: list[str]) -> dict[str, float]:
     admit_cached.cache_clear()  # the sql tool section admitted these texts already
     cold_s, passed = _oracle_pass(release, agent, contexts)
     warm_s, _ = _oracle_pass(release, agent, contexts)
-    return {"oracle_episodes_per_s": len(task_ids) / cold_s, "oracle_episodes_per_s_warm": len(task_ids) / warm_s,
-            "oracle_episodes": len(task_ids), "oracle_pass_rate": passed / len(task_ids)}
+    return {
+        "oracle_episodes_per_s": len(task_ids) / cold_s,
+        "oracle_episodes_per_s_warm": len(task_ids) / warm_s,
+        "oracle_episodes": len(task_ids),
+        "oracle_pass_rate": passed / len(task_ids),
+    }
 
 
 def main() -> None:
@@ -106,13 +120,20 @@ def main() -> None:
     with Release.open(args.release, args.db) as release:
         task_ids = [t.task_id for t in release.tasks()][: args.episodes or None]
         release.episode(task_ids[0]).close()  # warm caches (function list, schema) outside the measurement
-        result = {"release": release.version, "tasks": len(task_ids), **reset_times(release, task_ids),
-                  **sql_tool_vs_raw(release, task_ids, args.repeats), **oracle_episodes(release, task_ids)}
-    result["goals"] = {"reset_ms_median<=20": result["reset_ms_median"] <= 20,
-                       "sql_tool_vs_raw<=1.3 (cold)": result["sql_tool_vs_raw"] <= 1.3,
-                       "sql_tool_vs_raw<=1.3 (warm)": result["sql_tool_vs_raw_warm"] <= 1.3,
-                       "oracle_episodes_per_s>=50 (cold)": result["oracle_episodes_per_s"] >= 50,
-                       "oracle_episodes_per_s>=50 (warm)": result["oracle_episodes_per_s_warm"] >= 50}
+        result = {
+            "release": release.version,
+            "tasks": len(task_ids),
+            **reset_times(release, task_ids),
+            **sql_tool_vs_raw(release, task_ids, args.repeats),
+            **oracle_episodes(release, task_ids),
+        }
+    result["goals"] = {
+        "reset_ms_median<=20": result["reset_ms_median"] <= 20,
+        "sql_tool_vs_raw<=1.3 (cold)": result["sql_tool_vs_raw"] <= 1.3,
+        "sql_tool_vs_raw<=1.3 (warm)": result["sql_tool_vs_raw_warm"] <= 1.3,
+        "oracle_episodes_per_s>=50 (cold)": result["oracle_episodes_per_s"] >= 50,
+        "oracle_episodes_per_s>=50 (warm)": result["oracle_episodes_per_s_warm"] >= 50,
+    }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     print(json.dumps(result, indent=1, sort_keys=True))

@@ -29,9 +29,14 @@ def measure(release, config: EvalConfig, task_ids: list[str]) -> dict:
     runs, _ = run_agents(release, task_ids, config, lambda name, n: None)
     seconds = time.perf_counter() - started
     results = [r for run in runs["oracle"] for r in run.results]
-    return {"workers": config.workers, "episodes": len(results), "seconds": seconds,
-            "episodes_per_second": len(results) / seconds, "passed_share": sum(r.passed for r in results) / len(results),
-            "runs": runs}
+    return {
+        "workers": config.workers,
+        "episodes": len(results),
+        "seconds": seconds,
+        "episodes_per_second": len(results) / seconds,
+        "passed_share": sum(r.passed for r in results) / len(results),
+        "runs": runs,
+    }
 
 
 def pool_startup(config: EvalConfig) -> float:
@@ -65,9 +70,15 @@ def main() -> None:
     pooled.pop("runs")
     pooled["startup_seconds"] = pool_startup(config.model_copy(update={"workers": args.workers}))
     result = {
-        "release": str(args.release), "tasks": len(task_ids), "k": args.k, "machine": platform.machine(),
-        "cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0],
-        "release_open_seconds": open_seconds, "in_process": serial, "pool": pooled,
+        "release": str(args.release),
+        "tasks": len(task_ids),
+        "k": args.k,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_average_1min": os.getloadavg()[0],
+        "release_open_seconds": open_seconds,
+        "in_process": serial,
+        "pool": pooled,
         "pool_over_in_process_speed": pooled["episodes_per_second"] / serial["episodes_per_second"],
         "metrics_and_report_seconds": report_seconds,
         "goal_episodes_per_second": GOAL_EPISODES_PER_SECOND,

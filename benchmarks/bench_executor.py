@@ -52,11 +52,20 @@ def main() -> None:
             crashed = isolated.executor.run(isolated.executor.open_episodes[-1], CRASH, 5.0)
             recovered = episode.call("sql", {"query": "SELECT count(*) FROM patients"}).ok
         crash_seconds = time.perf_counter() - started
-    summary = {mode: {"episode_open_close_ms_median": round(1000 * statistics.median(o), 1),
-                      "query_seconds_total": round(sum(q), 3)} for mode, (o, q) in times.items()}
+    summary = {
+        mode: {
+            "episode_open_close_ms_median": round(1000 * statistics.median(o), 1),
+            "query_seconds_total": round(sum(q), 3),
+        }
+        for mode, (o, q) in times.items()
+    }
     summary["query_time_ratio_executor_over_in_process"] = round(
-        summary["executor"]["query_seconds_total"] / summary["in_process"]["query_seconds_total"], 2)
-    summary["crash"] = {"contained": crashed.error == CRASHED and recovered, "seconds_to_recover": round(crash_seconds, 2)}
+        summary["executor"]["query_seconds_total"] / summary["in_process"]["query_seconds_total"], 2
+    )
+    summary["crash"] = {
+        "contained": crashed.error == CRASHED and recovered,
+        "seconds_to_recover": round(crash_seconds, 2),
+    }
     summary["tasks"] = len(tasks)
     print(json.dumps(summary, indent=2))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

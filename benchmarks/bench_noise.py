@@ -40,7 +40,7 @@ def verify_for(con, tasks, templates, seconds: float) -> tuple[list, Counter, fl
     """Verify pairs (every applicable sub-type per task) until the time budget is spent; (pairs, rejections,
     seconds, tasks visited)."""
     tables, pairs, rejected, started, visited = Tables(con), [], Counter(), time.perf_counter(), 0
-    for visited, task in enumerate(tasks, start=1):
+    for visited, task in enumerate(tasks, start=1):  # noqa: B007 (the count is returned)
         for subtype in subtypes().values():
             if not subtype.applies(templates[task.template_id]):
                 continue
@@ -58,7 +58,13 @@ def parallel_rate(con, tasks, templates, workers: int) -> dict:
     started = time.perf_counter()
     verified, _ = candidate_pairs(con, tasks, templates, subtypes(), 0, workers=workers)
     spent, count = time.perf_counter() - started, sum(map(len, verified.values()))
-    return {"workers": workers, "tasks": len(tasks), "verified_pairs": count, "seconds": spent, "verified_pairs_per_minute": 60 * count / spent}
+    return {
+        "workers": workers,
+        "tasks": len(tasks),
+        "verified_pairs": count,
+        "seconds": spent,
+        "verified_pairs_per_minute": 60 * count / spent,
+    }
 
 
 def applicable_cells(templates) -> set[tuple[str, str]]:
@@ -77,8 +83,11 @@ def pair_counts(pairs, rejected: Counter, applicable: set[tuple[str, str]]) -> d
     for (name, reason), count in sorted(rejected.items()):
         reasons.setdefault(name, {})[reason] = count
     empty = sorted(f"{i}/{n}" for i, n in applicable if not cells.get(i, {}).get(n))
-    return {"verified_by_intent_and_subtype": {i: dict(sorted(c.items())) for i, c in sorted(cells.items())},
-            "applicable_without_pairs": empty, "rejected": reasons}
+    return {
+        "verified_by_intent_and_subtype": {i: dict(sorted(c.items())) for i, c in sorted(cells.items())},
+        "applicable_without_pairs": empty,
+        "rejected": reasons,
+    }
 
 
 def markdown_counts(counts: dict, applicable: set[tuple[str, str]]) -> str:
@@ -86,9 +95,16 @@ def markdown_counts(counts: dict, applicable: set[tuple[str, str]]) -> str:
     intent takes the sub-type, **0** where one does but no pair was verified)."""
     cells = counts["verified_by_intent_and_subtype"]
     names = sorted(subtypes())
-    cell = lambda i, n: str(cells.get(i, {}).get(n, 0)) if cells.get(i, {}).get(n) else ("**0**" if (i, n) in applicable else "-")  # noqa: E731
+
+    def cell(intent: str, name: str) -> str:
+        count = cells.get(intent, {}).get(name)
+        return str(count) if count else ("**0**" if (intent, name) in applicable else "-")
+
     lines = ["| intent | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    lines += [f"| {intent} | " + " | ".join(cell(intent, n) for n in names) + " |" for intent in sorted({i for i, _ in applicable})]
+    lines += [
+        f"| {intent} | " + " | ".join(cell(intent, n) for n in names) + " |"
+        for intent in sorted({i for i, _ in applicable})
+    ]
     return "\n".join(lines)
 
 
@@ -101,7 +117,9 @@ def overlay_vs_copy(con, pairs) -> dict:
         made = _overlay_time(con, pair.patch)
         overlay_s.append(made)
         for table in pair.patch.touched_tables:
-            copied = _timed(lambda: con.execute(f'CREATE OR REPLACE TEMP TABLE __copy AS SELECT * FROM "{catalog}".main.{table}'))
+            copied = _timed(
+                lambda: con.execute(f'CREATE OR REPLACE TEMP TABLE __copy AS SELECT * FROM "{catalog}".main.{table}')
+            )
             con.execute("DROP TABLE IF EXISTS __copy")
             copy_s.append(copied)
             per_table.setdefault(table, []).append((made, copied))
@@ -110,14 +128,25 @@ def overlay_vs_copy(con, pairs) -> dict:
             query_overlay.append(_timed(lambda: con.sql(pair.clean.gold_sql).fetchall()))
     med = statistics.median
     tables = {
-        table: {"pairs": len(v), "rows": con.sql(f'SELECT count(*) FROM "{catalog}".main.{table}').fetchall()[0][0],
-                "overlay_ms": med(o for o, _ in v) * 1e3, "copy_ms": med(c for _, c in v) * 1e3,
-                "copy_over_overlay": med(c for _, c in v) / med(o for o, _ in v)}
+        table: {
+            "pairs": len(v),
+            "rows": con.sql(f'SELECT count(*) FROM "{catalog}".main.{table}').fetchall()[0][0],
+            "overlay_ms": med(o for o, _ in v) * 1e3,
+            "copy_ms": med(c for _, c in v) * 1e3,
+            "copy_over_overlay": med(c for _, c in v) / med(o for o, _ in v),
+        }
         for table, v in sorted(per_table.items())
     }
-    return {"pairs_measured": len(overlay_s), "overlay_create_drop_ms": med(overlay_s) * 1e3, "copy_touched_tables_ms": med(copy_s) * 1e3,
-            "copy_over_overlay": med(copy_s) / med(overlay_s), "by_table": tables, "query_on_source_ms": med(query_source) * 1e3,
-            "query_on_overlay_ms": med(query_overlay) * 1e3, "overlay_query_over_source": med(query_overlay) / med(query_source)}
+    return {
+        "pairs_measured": len(overlay_s),
+        "overlay_create_drop_ms": med(overlay_s) * 1e3,
+        "copy_touched_tables_ms": med(copy_s) * 1e3,
+        "copy_over_overlay": med(copy_s) / med(overlay_s),
+        "by_table": tables,
+        "query_on_source_ms": med(query_source) * 1e3,
+        "query_on_overlay_ms": med(query_overlay) * 1e3,
+        "overlay_query_over_source": med(query_overlay) / med(query_source),
+    }
 
 
 def _overlay_time(con, patch) -> float:
@@ -145,11 +174,21 @@ def main() -> None:
     parallel = parallel_rate(con, tasks[:visited], templates, args.workers) if args.workers > 1 else None
     applicable = applicable_cells(templates.values())
     counts = pair_counts(pairs, rejected, applicable)
-    result = {"db": args.db.name, "patients": con.sql("SELECT count(*) FROM patients").fetchall()[0][0],
-              "templates": len(templates), "clean_tasks": len(tasks), "instantiate_seconds": instantiate_s,
-              "tasks_visited": visited, "verify_attempts": len(pairs) + sum(rejected.values()), "verified_pairs": len(pairs),
-              "verify_seconds": spent, "verified_pairs_per_minute": 60 * len(pairs) / spent, "parallel": parallel,
-              **counts, **overlay_vs_copy(con, pairs)}
+    result = {
+        "db": args.db.name,
+        "patients": con.sql("SELECT count(*) FROM patients").fetchall()[0][0],
+        "templates": len(templates),
+        "clean_tasks": len(tasks),
+        "instantiate_seconds": instantiate_s,
+        "tasks_visited": visited,
+        "verify_attempts": len(pairs) + sum(rejected.values()),
+        "verified_pairs": len(pairs),
+        "verify_seconds": spent,
+        "verified_pairs_per_minute": 60 * len(pairs) / spent,
+        "parallel": parallel,
+        **counts,
+        **overlay_vs_copy(con, pairs),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k not in ("by_table", "rejected")}, indent=2))

@@ -33,8 +33,13 @@ def run_one(patients: int) -> dict:
     """Generate `patients` into a throwaway file in a fresh interpreter; its own measurements."""
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "synthetic.duckdb"
-        done = subprocess.run([sys.executable, "-c", CHILD, str(db), str(patients), str(SEED)],
-                              cwd=REPO, capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, str(db), str(patients), str(SEED)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["patients"] = patients
     result["rows_per_second"] = result["rows"] / result["seconds"]
@@ -46,8 +51,10 @@ def print_table(results: list[dict]) -> None:
     header = f"{'N':>7} {'seconds':>8} {'rows':>12} {'rows/s':>10} {'peak RSS MB':>12} {'s/1000 pts':>11}"
     print(header)
     for r in results:
-        print(f"{r['patients']:>7} {r['seconds']:>8.1f} {r['rows']:>12,} {r['rows_per_second']:>10,.0f} "
-              f"{r['peak_rss_mb']:>12.0f} {r['seconds_per_1000_patients']:>11.2f}")
+        print(
+            f"{r['patients']:>7} {r['seconds']:>8.1f} {r['rows']:>12,} {r['rows_per_second']:>10,.0f} "
+            f"{r['peak_rss_mb']:>12.0f} {r['seconds_per_1000_patients']:>11.2f}"
+        )
 
 
 def main(sizes: list[int]) -> None:

@@ -48,13 +48,19 @@ def probe(db: Path, patches: list[tuple[str, Patch]], scans: int) -> tuple[list[
 
 def summary(probes: list[Probe], opens: list[float]) -> dict:
     baseline = {t: statistics.median(p.seconds[t] for p in probes) for t in TABLES}
-    out: dict = {"episode_open_ms_median": round(statistics.median(opens) * 1000, 1),
-                 "full_scan_ms_median": {t: round(baseline[t] * 1000, 2) for t in TABLES}}
+    out: dict = {
+        "episode_open_ms_median": round(statistics.median(opens) * 1000, 1),
+        "full_scan_ms_median": {t: round(baseline[t] * 1000, 2) for t in TABLES},
+    }
     for noisy in (True, False):
         chosen = [p for p in probes if p.noisy == noisy]
         hits = sum(pick(p.seconds, baseline) == p.patched for p in chosen)
-        out["noisy" if noisy else "clean"] = {"hits": hits, "episodes": len(chosen), "chance": 1 / len(TABLES),
-                                              "bound_alpha_0.001": binomial_upper(len(chosen), 1 / len(TABLES))}
+        out["noisy" if noisy else "clean"] = {
+            "hits": hits,
+            "episodes": len(chosen),
+            "chance": 1 / len(TABLES),
+            "bound_alpha_0.001": binomial_upper(len(chosen), 1 / len(TABLES)),
+        }
     return out
 
 
@@ -71,12 +77,16 @@ def main() -> None:
         episode_module.SHADOW_TABLES = TABLE_NAMES if layout == "shadow" else ()
         results[layout] = summary(*probe(args.db, patches, args.scans))
         row = results[layout]
-        print(f"[{layout}] noisy {row['noisy']['hits']}/{row['noisy']['episodes']}, clean "
-              f"{row['clean']['hits']}/{row['clean']['episodes']} (bound {row['noisy']['bound_alpha_0.001']}); "
-              f"episode open {row['episode_open_ms_median']} ms")
+        print(
+            f"[{layout}] noisy {row['noisy']['hits']}/{row['noisy']['episodes']}, clean "
+            f"{row['clean']['hits']}/{row['clean']['episodes']} (bound {row['noisy']['bound_alpha_0.001']}); "
+            f"episode open {row['episode_open_ms_median']} ms"
+        )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"db": args.db.name, "episodes": args.episodes, "scans": args.scans,
-                                   "layouts": results}, indent=2) + "\n")
+    RESULTS.write_text(
+        json.dumps({"db": args.db.name, "episodes": args.episodes, "scans": args.scans, "layouts": results}, indent=2)
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

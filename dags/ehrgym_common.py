@@ -27,13 +27,21 @@ def build_params() -> dict[str, Param]:
     """The Params both DAGs take (fresh objects per DAG); each DAG adds its own (the source for the rebuild,
     the selection for an ablation)."""
     return {
-        "data_dir": Param("", type="string", description="source databases and releases/ (default $EHRGYM_DATA, else <project>/data)"),
+        "data_dir": Param(
+            "", type="string", description="source databases and releases/ (default $EHRGYM_DATA, else <project>/data)"
+        ),
         "seed": Param(0, type="integer", description="seed for sampling, noise and splits"),
         "per_template": Param(2, type="integer", minimum=1, description="clean tasks per template"),
-        "intents": Param(list(INTENTS), type="array", items={"type": "string", "enum": list(INTENTS)}, description="intents to build"),
-        "test_size": Param(1008, type="integer", minimum=0, description="test pairs wanted (balanced over scope x level)"),
+        "intents": Param(
+            list(INTENTS), type="array", items={"type": "string", "enum": list(INTENTS)}, description="intents to build"
+        ),
+        "test_size": Param(
+            1008, type="integer", minimum=0, description="test pairs wanted (balanced over scope x level)"
+        ),
         "template_shards": Param(1, type="integer", minimum=1, description="mapped task groups per intent"),
-        "pair_workers": Param(1, type="integer", minimum=1, description="processes verifying the pairs inside each mapped task"),
+        "pair_workers": Param(
+            1, type="integer", minimum=1, description="processes verifying the pairs inside each mapped task"
+        ),
     }
 
 
@@ -130,8 +138,16 @@ def publish(work: str, assembled: str, gates: str) -> str:
     return str(release)
 
 
-STAGE_TASKS = {"prepare": prepare, "source_gate": source_gate, "fingerprint": fingerprint, "instantiate": instantiate,
-               "pairs": pairs, "assemble": assemble, "pair_gate": pair_gate, "publish": publish}
+STAGE_TASKS = {
+    "prepare": prepare,
+    "source_gate": source_gate,
+    "fingerprint": fingerprint,
+    "instantiate": instantiate,
+    "pairs": pairs,
+    "assemble": assemble,
+    "pair_gate": pair_gate,
+    "publish": publish,
+}
 
 
 def release_chain(config):
@@ -145,7 +161,9 @@ def release_chain(config):
         task_of = STAGE_TASKS[stage.name]
         mapped = {i: values[i] for i in stage.inputs if stage.per_shard and i in SHARDED_VALUES}
         fixed = {i: values[i] for i in stage.inputs if i not in mapped}
-        tasks[stage.name] = values[stage.output] = (task_of.partial(**fixed).expand(**mapped) if mapped else task_of(**fixed))
+        tasks[stage.name] = values[stage.output] = (
+            task_of.partial(**fixed).expand(**mapped) if mapped else task_of(**fixed)
+        )
         for before in stage.after:
             tasks[before] >> tasks[stage.name]
     return values[STAGE_TABLE[-1].output]

@@ -55,7 +55,9 @@ class BuildConfig(BaseModel):
 
     def manifest_config(self) -> dict[str, Any]:
         """The content-deciding fields as the manifest records them (an unset cap is left out, as before it existed)."""
-        exclude = {"db", "releases_dir", "templates_dir", "version"} | ({"pairs_per_cell"} if self.pairs_per_cell is None else set())
+        exclude = {"db", "releases_dir", "templates_dir", "version"} | (
+            {"pairs_per_cell"} if self.pairs_per_cell is None else set()
+        )
         return self.model_dump(mode="json", exclude=exclude)
 
 
@@ -70,7 +72,11 @@ def source_fingerprint(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
 
 
 def select_templates(config: BuildConfig) -> list[Template]:
-    return [t for t in load_templates(config.templates_dir) if t.spec.intent in config.intents and t.spec.scope.value in config.scopes]
+    return [
+        t
+        for t in load_templates(config.templates_dir)
+        if t.spec.intent in config.intents and t.spec.scope.value in config.scopes
+    ]
 
 
 def select_subtypes(config: BuildConfig) -> dict[str, NoiseSubtype]:
@@ -78,7 +84,11 @@ def select_subtypes(config: BuildConfig) -> dict[str, NoiseSubtype]:
     unknown = sorted(set(config.subtypes or []) - set(registered))
     if unknown:
         raise ValueError(f"unknown noise sub-type(s) {unknown}; registered: {sorted(registered)}")
-    return {n: s for n, s in sorted(registered.items()) if s.level in config.levels and (config.subtypes is None or n in config.subtypes)}
+    return {
+        n: s
+        for n, s in sorted(registered.items())
+        if s.level in config.levels and (config.subtypes is None or n in config.subtypes)
+    }
 
 
 def cap_per_cell(pairs: list[NoisePair], per_cell: int | None, seed: int) -> list[NoisePair]:
@@ -102,7 +112,9 @@ def counts_by_cell(labels: list[LabelRecord]) -> dict[str, dict[str, int]]:
     return {split: dict(sorted(cells.items())) for split, cells in sorted(out.items())}
 
 
-def build_records(pairs: list[NoisePair], split: dict[str, str], templates: list[Template]) -> tuple[list[TaskRecord], list[LabelRecord], list[PatchRecord]]:
+def build_records(
+    pairs: list[NoisePair], split: dict[str, str], templates: list[Template]
+) -> tuple[list[TaskRecord], list[LabelRecord], list[PatchRecord]]:
     specs = {t.id: t.spec.answer for t in templates}
     tasks, labels, patches = [], [], []
     for pair in pairs:
@@ -115,17 +127,35 @@ def build_records(pairs: list[NoisePair], split: dict[str, str], templates: list
     return tasks, labels, patches
 
 
-def manifest_of(config: BuildConfig, source: dict, templates: list[Template], chosen: dict[str, NoiseSubtype],
-                inst: InstantiationReport, rejected: Counter, split_report: SplitReport, labels: list[LabelRecord],
-                verified_count: int) -> dict[str, Any]:
+def manifest_of(
+    config: BuildConfig,
+    source: dict,
+    templates: list[Template],
+    chosen: dict[str, NoiseSubtype],
+    inst: InstantiationReport,
+    rejected: Counter,
+    split_report: SplitReport,
+    labels: list[LabelRecord],
+    verified_count: int,
+) -> dict[str, Any]:
     return {
-        "version": config.version, "seed": config.seed, "ehrgym_version": pipeline.__version__,
+        "version": config.version,
+        "seed": config.seed,
+        "ehrgym_version": pipeline.__version__,
         "config": config.manifest_config(),
         "source": source,
         "templates": {t.id: t.spec.version for t in templates},
         "subtypes": {name: s.version for name, s in chosen.items()},
-        "clean_tasks": {"kept": sum(inst.kept.values()), "agreement_rate": inst.agreement_rate, "dropped": inst.dropped},
-        "pairs": {"verified": verified_count, "published": sum(lab.condition == "noise" for lab in labels),
-                  "split": split_report.model_dump(), "counts": counts_by_cell(labels)},
+        "clean_tasks": {
+            "kept": sum(inst.kept.values()),
+            "agreement_rate": inst.agreement_rate,
+            "dropped": inst.dropped,
+        },
+        "pairs": {
+            "verified": verified_count,
+            "published": sum(lab.condition == "noise" for lab in labels),
+            "split": split_report.model_dump(),
+            "counts": counts_by_cell(labels),
+        },
         "rejections": {f"{t}/{s}/{r}": n for (t, s, r), n in sorted(rejected.items())},
     }

@@ -86,8 +86,13 @@ def synth(
     from pipeline.source.synthetic import generate_synthetic
 
     started = time.perf_counter()
-    with Progress(TextColumn("{task.description:<14}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} patients"),
-                  TimeElapsedColumn(), console=console) as progress:
+    with Progress(
+        TextColumn("{task.description:<14}"),
+        BarColumn(),
+        TextColumn("{task.completed:,}/{task.total:,} patients"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
         job = progress.add_task("generating", total=patients)
 
         def on_progress(stage: str, done: int) -> None:
@@ -117,8 +122,12 @@ def fidelity(
     write_fidelity_html(report, out_html)
     with atomic_output(out_html.with_suffix(".json"), overwrite=True) as tmp:
         tmp.write_text(json.dumps(report, indent=1, sort_keys=True, default=str) + "\n")
-    failing = [k for section in ("rows_per_patient", "lab_medians") for k, v in report[section].items() if not v["pass"]]
-    out.print(f"fidelity report: {out_html} ({len(failing)} check(s) outside bounds{': ' + ', '.join(failing) if failing else ''})")
+    failing = [
+        k for section in ("rows_per_patient", "lab_medians") for k, v in report[section].items() if not v["pass"]
+    ]
+    out.print(
+        f"fidelity report: {out_html} ({len(failing)} check(s) outside bounds{': ' + ', '.join(failing) if failing else ''})"
+    )
     if failing:
         raise typer.Exit(1)
 
@@ -195,7 +204,11 @@ def tasks(
         job = bar.add_task("instantiating", total=len(templates))
         try:
             found, report = instantiate(
-                con, templates, per_template, seed, on_template=lambda t, n: bar.update(job, advance=1, description=t.id)
+                con,
+                templates,
+                per_template,
+                seed,
+                on_template=lambda t, n: bar.update(job, advance=1, description=t.id),
             )
         finally:
             con.close()
@@ -231,23 +244,46 @@ def build(
     test_size: Annotated[int, typer.Option(help="test pairs wanted (balanced over scope x level)")] = 1008,
     pairs_per_cell: Annotated[int | None, typer.Option(help="cap per intent x scope x level x sub-type")] = None,
     workers: Annotated[int, typer.Option(help="processes verifying pairs (the files do not depend on it)")] = 1,
-    skip_source_gate: Annotated[bool, typer.Option(help="leave out the source database's gate (run by default)")] = False,
+    skip_source_gate: Annotated[
+        bool, typer.Option(help="leave out the source database's gate (run by default)")
+    ] = False,
 ) -> None:
     """Build a release: source gate -> clean tasks -> verified Clean-Noise pairs -> splits -> pair gate -> files."""
     from pipeline.build import BuildConfig
-    from pipeline.stages import run_build
     from pipeline.quality.pair_gate import GateFailed
     from pipeline.quality.report import print_gate_report
+    from pipeline.stages import run_build
 
-    options = {k: v for k, v in {"levels": _split_option(levels), "subtypes": _split_option(subtypes),
-                                 "intents": _split_option(intents), "scopes": _split_option(scopes)}.items() if v}
+    options = {
+        k: v
+        for k, v in {
+            "levels": _split_option(levels),
+            "subtypes": _split_option(subtypes),
+            "intents": _split_option(intents),
+            "scopes": _split_option(scopes),
+        }.items()
+        if v
+    }
     try:
-        config = BuildConfig(db=db, releases_dir=out_dir, version=version, seed=seed, per_template=per_template,
-                             test_size=test_size, pairs_per_cell=pairs_per_cell, **options)
+        config = BuildConfig(
+            db=db,
+            releases_dir=out_dir,
+            version=version,
+            seed=seed,
+            per_template=per_template,
+            test_size=test_size,
+            pairs_per_cell=pairs_per_cell,
+            **options,
+        )
     except ValueError as exc:
         fail(str(exc))
-    with Progress(TextColumn("{task.description:<10}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console) as bar:
+    with Progress(
+        TextColumn("{task.description:<10}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
         jobs: dict[str, int] = {}
 
         def on_progress(stage: str, done: int, total: int) -> None:
@@ -273,8 +309,10 @@ def _print_release(release: Path) -> None:
     manifest = json.loads((release / "manifest.json").read_text())
     pairs = manifest["pairs"]
     out.print(f"release: {release}")
-    out.print(f"pairs verified {pairs['verified']:,}, published {pairs['published']:,} "
-              f"(test {pairs['split']['test']:,}, train {pairs['split']['train']:,}, {pairs['split']['per_cell']} per test cell)")
+    out.print(
+        f"pairs verified {pairs['verified']:,}, published {pairs['published']:,} "
+        f"(test {pairs['split']['test']:,}, train {pairs['split']['train']:,}, {pairs['split']['per_cell']} per test cell)"
+    )
 
 
 def _register_tool_commands() -> None:

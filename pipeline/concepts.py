@@ -92,8 +92,11 @@ def display_name(name: Any, tall_man: bool = True) -> str | None:
     if name is None:
         return None
     text = _cleaned(name)
-    return _LETTERS.sub(lambda m: m.group().capitalize() if _TALL_MAN.match(m.group()) else m.group(), text) \
-        if tall_man else text
+    return (
+        _LETTERS.sub(lambda m: m.group().capitalize() if _TALL_MAN.match(m.group()) else m.group(), text)
+        if tall_man
+        else text
+    )
 
 
 def display_value(vocabulary: str | None, name: Any) -> Any:
@@ -135,7 +138,9 @@ _COLUMN_KEYS: dict[tuple[str, str, str], frozenset[str]] = {}
 def column_keys(con, table: str, column: str) -> frozenset[str]:
     """The concept keys a column of the source names (distinct values keyed in Python, once per database file,
     table and column: the source is read-only, and a key per distinct name beats a regex per row per look-up)."""
-    path = scalar(con, "SELECT coalesce(path, database_name) FROM duckdb_databases() WHERE database_name = current_database()")
+    path = scalar(
+        con, "SELECT coalesce(path, database_name) FROM duckdb_databases() WHERE database_name = current_database()"
+    )
     cached = _COLUMN_KEYS.get((path, table, column))
     if cached is None:
         names = con.execute(f'SELECT DISTINCT "{column}" FROM "{table}" WHERE "{column}" IS NOT NULL').fetchall()

@@ -22,8 +22,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import pipeline
 from pipeline.atomic import atomic_output
-from pipeline.build import (BuildConfig, Progress, build_records, cap_per_cell, manifest_of, select_subtypes,
-                            select_templates, source_fingerprint)
+from pipeline.build import (
+    BuildConfig,
+    Progress,
+    build_records,
+    cap_per_cell,
+    manifest_of,
+    select_subtypes,
+    select_templates,
+    source_fingerprint,
+)
 from pipeline.db import open_source
 from pipeline.noise.verify import NoisePair
 from pipeline.release.pairs import candidate_pairs, choose_pairs
@@ -38,6 +46,7 @@ ALL = "all"  # the shard holding every selected template (one-process builds)
 
 
 # ---------------------------------------------------------------- work folder and stage outputs
+
 
 def tree_digest(root: Path) -> str:
     """sha256 over the relative paths and bytes of every file under `root` (the templates' content)."""
@@ -57,8 +66,12 @@ def _file_identity(db: Path) -> list:
 
 def build_key(config: BuildConfig) -> str:
     """A digest of everything a stage output depends on: config, source file, templates, package version."""
-    payload = {"config": config.model_dump(mode="json"), "db": _file_identity(config.db),
-               "templates": tree_digest(config.templates_dir), "ehrgym": pipeline.__version__}
+    payload = {
+        "config": config.model_dump(mode="json"),
+        "db": _file_identity(config.db),
+        "templates": tree_digest(config.templates_dir),
+        "ehrgym": pipeline.__version__,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -101,6 +114,7 @@ def load_config(work: Path) -> BuildConfig:
 
 # ---------------------------------------------------------------- the source database
 
+
 class SourceSpec(BaseModel):
     """Where a source database comes from: a synthetic MIMIC-IV (patients, seed) or a MIMIC-IV folder."""
 
@@ -122,10 +136,14 @@ class SourceSpec(BaseModel):
 def folder_stamp(spec: SourceSpec) -> str:
     """Relative path, size and mtime of every file of a MIMIC-IV folder and its substitutes, as one digest."""
     folder, digest = Path(spec.source), hashlib.sha256()
-    files = sorted(p for p in folder.rglob("*") if p.is_file()) + [Path(spec.substitutes[k]) for k in sorted(spec.substitutes)]
+    files = sorted(p for p in folder.rglob("*") if p.is_file()) + [
+        Path(spec.substitutes[k]) for k in sorted(spec.substitutes)
+    ]
     for path in files:
         stat = path.stat()
-        digest.update(f"{path.relative_to(folder) if path.is_relative_to(folder) else path}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+        digest.update(
+            f"{path.relative_to(folder) if path.is_relative_to(folder) else path}:{stat.st_size}:{stat.st_mtime_ns};".encode()
+        )
     return digest.hexdigest()
 
 
@@ -141,7 +159,9 @@ def source_db(spec: SourceSpec, data_dir: Path) -> Path:
             generate_synthetic(db, spec.patients, spec.seed)
         return db
     if not Path(spec.source).is_dir():
-        raise FileNotFoundError(f"{spec.source}: not a MIMIC-IV folder (source must be 'synthetic' or a folder with hosp/ and icu/)")
+        raise FileNotFoundError(
+            f"{spec.source}: not a MIMIC-IV folder (source must be 'synthetic' or a folder with hosp/ and icu/)"
+        )
     stamp_path, stamp = db.with_name(db.name + ".stamp"), folder_stamp(spec)
     if db.exists() and stamp_path.is_file() and stamp_path.read_text() == stamp:
         return db
@@ -154,6 +174,7 @@ def source_db(spec: SourceSpec, data_dir: Path) -> Path:
 
 
 # ---------------------------------------------------------------- shards
+
 
 def shard_names(config: BuildConfig, template_shards: int = 1) -> list[str]:
     """One shard per intent with selected templates, each split into up to `template_shards` parts."""
@@ -178,13 +199,14 @@ def shard_templates(config: BuildConfig, shard: str) -> list[Template]:
         index, _, parts = part.partition("of")
         if not (index.isdigit() and parts.isdigit() and int(index) < int(parts)):
             raise ValueError(f"shard {shard!r}: expected '<intent>.<i>of<n>' with i < n")
-        chosen = chosen[int(index)::int(parts)]
+        chosen = chosen[int(index) :: int(parts)]
     if not chosen:
         raise ValueError(f"shard {shard!r} selects no template (intents {config.intents}, scopes {config.scopes})")
     return chosen
 
 
 # ---------------------------------------------------------------- stages
+
 
 def prepare(config: BuildConfig) -> Path:
     """Create the work folder of this build and record its config there."""
@@ -220,11 +242,15 @@ def source_gate(work: Path, progress: Progress | None = None) -> Path:
 def fingerprint(work: Path) -> Path:
     """Row counts, content digest and absolute path of the source database (source.json); `ehrgym eval` and
     `ehrgym serve` find the source at that path when not given one."""
+
     def write(tmp: Path) -> None:
         config = load_config(work)
         with open_source(config.db) as con:
-            source = {"database": Path(config.db).name, "path": str(Path(config.db).resolve()),
-                      **source_fingerprint(con)}
+            source = {
+                "database": Path(config.db).name,
+                "path": str(Path(config.db).resolve()),
+                **source_fingerprint(con),
+            }
         tmp.write_text(json.dumps(source, indent=1, sort_keys=True) + "\n")
 
     return produce(Path(work) / "source.json", write)
@@ -232,13 +258,19 @@ def fingerprint(work: Path) -> Path:
 
 def instantiate_shard(work: Path, shard: str, progress: Progress | None = None) -> Path:
     """Clean tasks of one shard: `tasks/<shard>/tasks.jsonl` and its instantiation `report.json`."""
+
     def write(tmp: Path) -> None:
         config = load_config(work)
         templates = shard_templates(config, shard)
         done = iter(range(1, len(templates) + 1))
         with open_source(config.db) as con:
-            tasks, report = instantiate(con, templates, config.per_template, config.seed,
-                                        on_template=lambda t, n: progress and progress("tasks", next(done), len(templates)))
+            tasks, report = instantiate(
+                con,
+                templates,
+                config.per_template,
+                config.seed,
+                on_template=lambda t, n: progress and progress("tasks", next(done), len(templates)),
+            )
         _write_text(tmp / "tasks.jsonl", _jsonl(tasks))
         _write_text(tmp / "report.json", report.model_dump_json(indent=1) + "\n")
 
@@ -248,14 +280,21 @@ def instantiate_shard(work: Path, shard: str, progress: Progress | None = None) 
 def pair_shard(work: Path, tasks_dir: Path, progress: Progress | None = None, workers: int = 1) -> Path:
     """Every verified pair of a shard's clean tasks (`pairs/<shard>/pairs.jsonl`) and the counted rejections;
     `workers` processes verify them (the result does not depend on it)."""
+
     def write(tmp: Path) -> None:
         config = load_config(work)
         tasks = _read_jsonl(Path(tasks_dir) / "tasks.jsonl", CleanTask)
         by_id = {t.id: t for t in shard_templates(config, Path(tasks_dir).name)}
         with open_source(config.db) as con:
-            verified, rejected = candidate_pairs(con, tasks, by_id, select_subtypes(config), config.seed,
-                                                 on_task=lambda n: progress and progress("pairs", n, len(tasks)),
-                                                 workers=workers)
+            verified, rejected = candidate_pairs(
+                con,
+                tasks,
+                by_id,
+                select_subtypes(config),
+                config.seed,
+                on_task=lambda n: progress and progress("pairs", n, len(tasks)),
+                workers=workers,
+            )
         _write_text(tmp / "pairs.jsonl", _jsonl(p for task_id in sorted(verified) for p in verified[task_id]))
         _write_text(tmp / "rejected.json", json.dumps(sorted([*key, n] for key, n in rejected.items())) + "\n")
 
@@ -290,6 +329,7 @@ def merged_pairs(pairs_dirs: Iterable[Path]) -> tuple[dict[str, list[NoisePair]]
 def assemble(work: Path, source: Path, tasks_dirs: list[Path], pairs_dirs: list[Path]) -> Path:
     """Merge the shards, choose one pair per clean task, cap cells, split, and write the release records and
     the manifest (without file hashes) to `assembled/`."""
+
     def write(tmp: Path) -> None:
         config = load_config(work)
         verified, rejected = merged_pairs(pairs_dirs)
@@ -297,9 +337,17 @@ def assemble(work: Path, source: Path, tasks_dirs: list[Path], pairs_dirs: list[
         split, split_report = assign_splits(pairs, config.seed, config.test_size)
         templates = select_templates(config)
         tasks, labels, patches = build_records(pairs, split, templates)
-        manifest = manifest_of(config, json.loads(Path(source).read_text()), templates,
-                               select_subtypes(config), merged_report(tasks_dirs), rejected, split_report, labels,
-                               sum(map(len, verified.values())))
+        manifest = manifest_of(
+            config,
+            json.loads(Path(source).read_text()),
+            templates,
+            select_subtypes(config),
+            merged_report(tasks_dirs),
+            rejected,
+            split_report,
+            labels,
+            sum(map(len, verified.values())),
+        )
         for name, records in (("tasks", tasks), ("labels", labels), ("patches", patches)):
             _write_text(tmp / f"{name}.jsonl", _jsonl(records))
         _write_text(tmp / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
@@ -308,8 +356,11 @@ def assemble(work: Path, source: Path, tasks_dirs: list[Path], pairs_dirs: list[
 
 
 def read_records(assembled: Path) -> tuple[list[TaskRecord], list[LabelRecord], list[PatchRecord]]:
-    return (_read_jsonl(assembled / "tasks.jsonl", TaskRecord), _read_jsonl(assembled / "labels.jsonl", LabelRecord),
-            _read_jsonl(assembled / "patches.jsonl", PatchRecord))
+    return (
+        _read_jsonl(assembled / "tasks.jsonl", TaskRecord),
+        _read_jsonl(assembled / "labels.jsonl", LabelRecord),
+        _read_jsonl(assembled / "patches.jsonl", PatchRecord),
+    )
 
 
 def pair_gate(work: Path, assembled: Path, gate: Callable | None = None, progress: Progress | None = None) -> Path:
@@ -356,8 +407,9 @@ def discard_work(work: Path) -> None:
 
 def _render(tmp: Path, version: str, assembled: Path, gates: Path, templates: list[Template]) -> None:
     manifest = json.loads((assembled / "manifest.json").read_text())
-    publish_release(tmp, version, *read_records(assembled), manifest, extras={"gates.json": gates.read_text()},
-                    templates=templates)
+    publish_release(
+        tmp, version, *read_records(assembled), manifest, extras={"gates.json": gates.read_text()}, templates=templates
+    )
 
 
 def default_gate(tasks, labels, patches, con):
@@ -366,8 +418,14 @@ def default_gate(tasks, labels, patches, con):
     return gate_release(tasks, labels, patches, con)
 
 
-def run_stages(config: BuildConfig, shards: list[str] | None = None, progress: Progress | None = None,
-               gate: Callable | None = None, workers: int = 1, skip: tuple[str, ...] = ()) -> Path:
+def run_stages(
+    config: BuildConfig,
+    shards: list[str] | None = None,
+    progress: Progress | None = None,
+    gate: Callable | None = None,
+    workers: int = 1,
+    skip: tuple[str, ...] = (),
+) -> Path:
     """Every stage of `pipeline.stage_table` in its order, in this process (the release's path); `shards`
     defaults to one shard of all templates, `workers` processes verify the pairs, `skip` names gates left out."""
     wrong = sorted(set(skip) - {stage.name for stage in STAGE_TABLE if stage.gate})
@@ -380,20 +438,31 @@ def run_stages(config: BuildConfig, shards: list[str] | None = None, progress: P
             continue
         run, kwargs = globals()[stage.function], {name: options[name] for name in stage.options}
         if stage.per_shard:
-            values[stage.output] = [run(*(values[i][k] if i in SHARDED_VALUES else values[i] for i in stage.inputs), **kwargs)
-                                    for k in range(len(values["shard"]))]
+            values[stage.output] = [
+                run(*(values[i][k] if i in SHARDED_VALUES else values[i] for i in stage.inputs), **kwargs)
+                for k in range(len(values["shard"]))
+            ]
         else:
             values[stage.output] = run(*(values[i] for i in stage.inputs), **kwargs)
     return values[STAGE_TABLE[-1].output]
 
 
-def run_build(config: BuildConfig, progress: Progress | None = None, gate: Callable | None = None, *, workers: int = 1,
-              skip_source_gate: bool = False) -> Path:
+def run_build(
+    config: BuildConfig,
+    progress: Progress | None = None,
+    gate: Callable | None = None,
+    *,
+    workers: int = 1,
+    skip_source_gate: bool = False,
+) -> Path:
     """Build and publish `releases_dir/version`: every stage, the source gate included unless skipped.
     `gate(tasks, labels, patches, con)` returns a report (published as gates.json) or raises to stop the export;
     by default the pair gate of `pipeline.quality.pair_gate`. `workers` processes verify the pairs (same files for
     any number)."""
     if (Path(config.releases_dir) / config.version).exists():
-        raise FileExistsError(f"{Path(config.releases_dir) / config.version} already exists; versions are never overwritten")
-    return run_stages(config, progress=progress, gate=gate, workers=workers,
-                      skip=("source_gate",) if skip_source_gate else ())
+        raise FileExistsError(
+            f"{Path(config.releases_dir) / config.version} already exists; versions are never overwritten"
+        )
+    return run_stages(
+        config, progress=progress, gate=gate, workers=workers, skip=("source_gate",) if skip_source_gate else ()
+    )

@@ -14,4 +14,3 @@ def die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when its parent exits (elsewhere: nothing to do, nothing done)."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-

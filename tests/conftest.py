@@ -73,8 +73,9 @@ def synthetic_1000(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 1,000-patient synthetic MIMIC-IV (the embedded default's generator). Read-only: copy to change it."""
     from pipeline.source.synthetic import generate_synthetic
 
-    folder = built_once(tmp_path_factory, "synthetic", lambda f: generate_synthetic(f / "synthetic-1000.duckdb", 1000,
-                                                                                     seed=11))
+    folder = built_once(
+        tmp_path_factory, "synthetic", lambda f: generate_synthetic(f / "synthetic-1000.duckdb", 1000, seed=11)
+    )
     return folder / "synthetic-1000.duckdb"
 
 
@@ -86,8 +87,10 @@ def demo_release_dir(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) ->
     from pipeline.stages import run_build
 
     def build(folder: Path) -> None:
-        run_build(BuildConfig(db=demo_db, releases_dir=folder, version="demo-v1", per_template=1),
-                  gate=lambda *_: SkippedGate())
+        run_build(
+            BuildConfig(db=demo_db, releases_dir=folder, version="demo-v1", per_template=1),
+            gate=lambda *_: SkippedGate(),
+        )
 
     return built_once(tmp_path_factory, "demo-release", build) / "demo-v1"
 

@@ -8,8 +8,11 @@ import duckdb
 
 from pipeline.source.schema import load_schema
 
-PATIENTS = ["(1, 'F', 60, 2150, '2008 - 2010', NULL)", "(2, 'M', 70, 2160, '2011 - 2013', '2165-01-01')",
-            "(3, 'F', 50, 2170, '2014 - 2016', NULL)"]
+PATIENTS = [
+    "(1, 'F', 60, 2150, '2008 - 2010', NULL)",
+    "(2, 'M', 70, 2160, '2011 - 2013', '2165-01-01')",
+    "(3, 'F', 50, 2170, '2014 - 2016', NULL)",
+]
 
 
 def small_db(path: Path, patients: int, big_columns: str) -> Path:

@@ -25,16 +25,31 @@ def label(name: str) -> LabelRecord:
     raw = dict(LABELS[name])
     expected = AnswerValue(**raw.pop("expected", {"value": None}))
     template = registry_template(raw["template_id"])
-    return LabelRecord(**raw, pair_id="p-fixture", split="test", template_version=template.spec.version,
-                       intent=template.spec.intent, subtype_version=1, gold_sql="SELECT 1",
-                       reference_sql="SELECT 1", expected=expected, naive_answer=None, trap=None)
+    return LabelRecord(
+        **raw,
+        pair_id="p-fixture",
+        split="test",
+        template_version=template.spec.version,
+        intent=template.spec.intent,
+        subtype_version=1,
+        gold_sql="SELECT 1",
+        reference_sql="SELECT 1",
+        expected=expected,
+        naive_answer=None,
+        trap=None,
+    )
 
 
 def trace(task_id: str, queries: list[dict], answer: AnswerValue = NULL) -> Trajectory:
-    calls = [ToolCall(tool=q.get("via", "sql"), arguments={"query": q["sql"]},
-                      result=ToolResult(ok=q.get("ok", True), content="..."),
-                      queries=[QueryRecord(sql=q["sql"], via=q.get("via", "sql"), ok=q.get("ok", True))])
-             for q in queries]
+    calls = [
+        ToolCall(
+            tool=q.get("via", "sql"),
+            arguments={"query": q["sql"]},
+            result=ToolResult(ok=q.get("ok", True), content="..."),
+            queries=[QueryRecord(sql=q["sql"], via=q.get("via", "sql"), ok=q.get("ok", True))],
+        )
+        for q in queries
+    ]
     return Trajectory(task_id=task_id, agent="hand", question="?", calls=calls, answer=answer)
 
 
@@ -50,8 +65,9 @@ def test_the_fixtures_cover_every_noise_subtype_with_careful_and_lazy_traces():
 @pytest.mark.parametrize("case", TRACES, ids=[f"{t['label']}: {t['name']}" for t in TRACES])
 def test_abstention_is_valid_exactly_when_the_trace_covered_the_evidence(case, source):
     lab = label(case["label"])
-    verdict = verify(lab, trace(lab.task_id, case["queries"]), template=registry_template(lab.template_id),
-                     source=source)
+    verdict = verify(
+        lab, trace(lab.task_id, case["queries"]), template=registry_template(lab.template_id), source=source
+    )
     assert verdict.abstention_valid is case["valid"], verdict.reasons
     assert verdict.passed is case["valid"] and verdict.answer_match is True
     if not case["valid"]:
@@ -81,21 +97,27 @@ def test_an_answer_on_a_noisy_task_fails_even_after_a_careful_look(source):
 def test_evidence_too_large_to_inline_is_read_through_evidence_sql(source):
     lab = label("gravity_unknown")
     assert lab.evidence is None and lab.evidence_sql
-    joined = [{"sql": "SELECT count(*) FROM labevents l JOIN d_labitems d ON d.itemid = l.itemid "
-                      "WHERE d.label = 'Specific Gravity' AND d.fluid = 'Urine'"}]
+    joined = [
+        {
+            "sql": "SELECT count(*) FROM labevents l JOIN d_labitems d ON d.itemid = l.itemid "
+            "WHERE d.label = 'Specific Gravity' AND d.fluid = 'Urine'"
+        }
+    ]
     found = coverage(lab, trace(lab.task_id, joined), registry_template(lab.template_id), source)
     assert found.covered, found.detail
 
 
 def test_references_keep_only_each_tables_own_conjuncts():
-    refs = references("SELECT * FROM labevents l JOIN d_labitems d ON d.itemid = l.itemid "
-                      "WHERE l.subject_id = 1 AND d.label ILIKE '%k%' AND (l.hadm_id = 2 OR d.fluid = 'Blood') "
-                      "AND l.itemid IN (SELECT itemid FROM d_labitems WHERE category = 'Chemistry')")
+    refs = references(
+        "SELECT * FROM labevents l JOIN d_labitems d ON d.itemid = l.itemid "
+        "WHERE l.subject_id = 1 AND d.label ILIKE '%k%' AND (l.hadm_id = 2 OR d.fluid = 'Blood') "
+        "AND l.itemid IN (SELECT itemid FROM d_labitems WHERE category = 'Chemistry')"
+    )
     own = {(r.table, r.alias): sorted(c.sql() for c in r.conjuncts) for r in refs}
     assert own == {
-        ("d_labitems", "d"): ["\"d\".\"label\" ILIKE '%k%'"],
-        ("labevents", "l"): ["\"l\".\"subject_id\" = 1"],
-        ("d_labitems", "d_labitems"): ["\"d_labitems\".\"category\" = 'Chemistry'"],
+        ("d_labitems", "d"): ['"d"."label" ILIKE \'%k%\''],
+        ("labevents", "l"): ['"l"."subject_id" = 1'],
+        ("d_labitems", "d_labitems"): ['"d_labitems"."category" = \'Chemistry\''],
     }
     assert references("SELECT FROM WHERE (") == ()
 

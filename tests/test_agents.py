@@ -44,8 +44,9 @@ def rates(release) -> dict[str, dict[str, list[int]]]:
         for task in release.tasks():
             label = release.label(task.task_id)
             verdict = verify(label, run_agent(release, name, task.task_id), release.template(label), source=source)
-            keys = [label.condition] + ([f"noise/{label.level}", f"noise/{label.level}/{label.subtype}"]
-                                        if label.condition == "noise" else [])
+            keys = [label.condition] + (
+                [f"noise/{label.level}", f"noise/{label.level}/{label.subtype}"] if label.condition == "noise" else []
+            )
             for key in keys:
                 counts[key][0] += verdict.passed
                 counts[key][1] += 1
@@ -142,8 +143,10 @@ def test_llm_agent_plays_a_real_episode(release):
     from test_llm_agent import ScriptedServer, tool_call
 
     task_id = release.tasks()[0].task_id
-    script = [tool_call("c1", "sql", {"query": "SELECT count(*) AS n FROM patients"}),
-              tool_call("c2", "answer", {"value": None})]
+    script = [
+        tool_call("c1", "sql", {"query": "SELECT count(*) AS n FROM patients"}),
+        tool_call("c2", "answer", {"value": None}),
+    ]
     episode = release.episode(task_id)
     with ScriptedServer(script) as server:
         get_agent("llm", base_url=server.base_url).run(episode, context_for(release, task_id))

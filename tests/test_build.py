@@ -36,9 +36,22 @@ def _jsonl(path: Path) -> list[dict]:
 def test_release_has_every_file_and_the_manifest_hashes_them(release: Path):
     manifest = json.loads((release / "manifest.json").read_text())
     files = {p.relative_to(release).as_posix() for p in release.rglob("*") if p.is_file()} - {"manifest.json"}
-    assert set(manifest["files"]) == files >= {
-        "tasks.jsonl", "labels.jsonl", "patches/patches.jsonl", "README.md", "gates.json", "report.html",
-        "tasks/train.parquet", "tasks/test.parquet", "labels/train.parquet", "labels/test.parquet"}
+    assert (
+        set(manifest["files"])
+        == files
+        >= {
+            "tasks.jsonl",
+            "labels.jsonl",
+            "patches/patches.jsonl",
+            "README.md",
+            "gates.json",
+            "report.html",
+            "tasks/train.parquet",
+            "tasks/test.parquet",
+            "labels/train.parquet",
+            "labels/test.parquet",
+        }
+    )
     for name, entry in manifest["files"].items():
         assert hashlib.sha256((release / name).read_bytes()).hexdigest() == entry["sha256"], name
 
@@ -48,7 +61,9 @@ def test_manifest_counts_match_the_files(release: Path):
     noise = [lab for lab in labels if lab["condition"] == "noise"]
     counted: dict[str, Counter] = {}
     for lab in noise:
-        counted.setdefault(lab["split"], Counter())[f"{lab['intent']}/{lab['scope']}/{lab['level']}/{lab['subtype']}"] += 1
+        counted.setdefault(lab["split"], Counter())[
+            f"{lab['intent']}/{lab['scope']}/{lab['level']}/{lab['subtype']}"
+        ] += 1
     assert manifest["pairs"]["counts"] == {split: dict(c) for split, c in counted.items()}
     assert manifest["pairs"]["published"] == len(noise) == len(_jsonl(release / "patches" / "patches.jsonl"))
     assert len(_jsonl(release / "tasks.jsonl")) == 2 * len(noise)
@@ -94,7 +109,9 @@ def test_splits_are_patient_disjoint_and_test_is_balanced(release: Path):
         if lab["subject_id"] is not None:
             splits_of.setdefault(lab["subject_id"], set()).add(lab["split"])
     assert splits_of and all(len(s) == 1 for s in splits_of.values())
-    cells = Counter((lab["scope"], lab["level"]) for lab in labels if lab["condition"] == "noise" and lab["split"] == "test")
+    cells = Counter(
+        (lab["scope"], lab["level"]) for lab in labels if lab["condition"] == "noise" and lab["split"] == "test"
+    )
     assert len(cells) == 6 and len(set(cells.values())) == 1
 
 
@@ -116,8 +133,9 @@ def _visible(folder: Path) -> list[str]:
     return sorted(name for name in os.listdir(folder) if not name.startswith("."))
 
 
-def test_a_failed_build_publishes_nothing_and_a_rerun_resumes_from_its_stage_outputs(demo_db: Path, tmp_path: Path,
-                                                                                       monkeypatch: pytest.MonkeyPatch):
+def test_a_failed_build_publishes_nothing_and_a_rerun_resumes_from_its_stage_outputs(
+    demo_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     def failing_gate(*_):
         raise RuntimeError("gate says no")
 
@@ -125,7 +143,12 @@ def test_a_failed_build_publishes_nothing_and_a_rerun_resumes_from_its_stage_out
     with pytest.raises(RuntimeError, match="gate says no"):
         run_build(config, gate=failing_gate)
     assert _visible(tmp_path) == [] and sorted(os.listdir(stages.work_dir(config))) == [
-        "assembled", "config.json", "pairs", "source.json", "tasks"]
+        "assembled",
+        "config.json",
+        "pairs",
+        "source.json",
+        "tasks",
+    ]
 
     def recomputed(*_args, **_kw):
         raise AssertionError("a finished stage was computed again")
@@ -137,8 +160,11 @@ def test_a_failed_build_publishes_nothing_and_a_rerun_resumes_from_its_stage_out
 
 
 def _file_states(root: Path) -> dict[str, tuple[str, int]]:
-    return {p.relative_to(root).as_posix(): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-            for p in root.rglob("*") if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file()
+    }
 
 
 def test_intent_shards_merged_give_the_same_release_and_a_rerun_returns_it_untouched(release: Path, demo_db: Path):
@@ -177,7 +203,8 @@ def test_publish_returns_the_same_release_and_refuses_a_different_one(release: P
 
 
 def test_publish_retried_after_dying_between_rename_and_cleanup_returns_the_release(
-        release: Path, demo_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    release: Path, demo_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     config = _config(demo_db, tmp_path / "releases")
     gates = tmp_path / "gates.json"
     gates.write_bytes((release / "gates.json").read_bytes())
@@ -192,7 +219,9 @@ def test_publish_retried_after_dying_between_rename_and_cleanup_returns_the_rele
             stages.publish(work, assembled, gates)
     assert work.is_dir() and (tmp_path / "releases" / "v1").is_dir()
     published = stages.publish(work, assembled, gates)
-    assert {k: h for k, (h, _) in _file_states(published).items()} == {k: h for k, (h, _) in _file_states(release).items()}
+    assert {k: h for k, (h, _) in _file_states(published).items()} == {
+        k: h for k, (h, _) in _file_states(release).items()
+    }
     assert _visible(tmp_path / "releases") == ["v1"] and not work.exists()
 
 
@@ -219,8 +248,11 @@ def test_datasets_library_reads_the_release(release: Path, monkeypatch: pytest.M
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     datasets = pytest.importorskip("datasets", reason="datasets is a test dependency (pyproject [test])")
-    tasks = datasets.load_dataset("parquet", data_files={s: str(release / "tasks" / f"{s}.parquet") for s in ("train", "test")},
-                                  cache_dir=str(release.parent / ".hf-cache"))
+    tasks = datasets.load_dataset(
+        "parquet",
+        data_files={s: str(release / "tasks" / f"{s}.parquet") for s in ("train", "test")},
+        cache_dir=str(release.parent / ".hf-cache"),
+    )
     manifest = json.loads((release / "manifest.json").read_text())
     assert tasks["test"].num_rows + tasks["train"].num_rows == 2 * manifest["pairs"]["published"]
     assert tasks["test"].column_names == ["task_id", "question", "scope", "intent", "split", "answer_format"]
@@ -231,7 +263,9 @@ def test_pairs_per_cell_caps_every_cell_and_is_recorded(demo_db: Path, tmp_path:
     config = _config(demo_db, tmp_path, intents=["microbiology", "laboratory"], pairs_per_cell=1)
     release = run_build(config)
     manifest, labels = json.loads((release / "manifest.json").read_text()), _jsonl(release / "labels.jsonl")
-    cells = Counter((lab["intent"], lab["scope"], lab["level"], lab["subtype"]) for lab in labels if lab["condition"] == "noise")
+    cells = Counter(
+        (lab["intent"], lab["scope"], lab["level"], lab["subtype"]) for lab in labels if lab["condition"] == "noise"
+    )
     assert cells and set(cells.values()) == {1} and manifest["config"]["pairs_per_cell"] == 1
 
 
@@ -241,8 +275,12 @@ def test_cap_per_cell_keeps_a_seeded_subset_of_each_cell():
     from pipeline.build import cap_per_cell
 
     def pair(i: int, subtype: str):
-        return SimpleNamespace(pair_id=f"p{i}-{subtype}", level="value", subtype=subtype,
-                               clean=SimpleNamespace(intent="laboratory", scope="patient"))
+        return SimpleNamespace(
+            pair_id=f"p{i}-{subtype}",
+            level="value",
+            subtype=subtype,
+            clean=SimpleNamespace(intent="laboratory", scope="patient"),
+        )
 
     pairs = [pair(i, "null_value") for i in range(5)] + [pair(i, "unit_mismatch") for i in range(2)]
     kept = cap_per_cell(pairs, 3, seed=1)
@@ -284,7 +322,7 @@ def test_report_plots_and_tabulates_the_published_pairs(release: Path):
         row = re.search(rf"<tr><td>{intent}</td>(.*?)</tr>", report, re.S).group(1)
         assert re.findall(r"<td>(\d+)</td>", row)[-1] == str(total)
     rejected = sum(manifest["rejections"].values())
-    table = report[report.index("<h2>Rejected candidate pairs"):]
+    table = report[report.index("<h2>Rejected candidate pairs") :]
     assert rejected == sum(int(n) for n in re.findall(r"<td>[^<]+</td><td>[^<]+</td><td>(\d+)</td></tr>", table))
 
 
@@ -294,7 +332,11 @@ def test_pair_workers_die_with_their_parent(demo_db: Path):
     import sys
     import time
 
-    parent = subprocess.Popen([sys.executable, "-c", f"""
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"""
 import multiprocessing, os, time
 from concurrent.futures import ProcessPoolExecutor
 from pipeline.release.pairs import _start_worker
@@ -302,7 +344,11 @@ pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), i
                            initargs=({str(demo_db)!r}, {{}}, {{}}, 0))
 print(pool.submit(os.getpid).result(), flush=True)
 time.sleep(600)
-"""], stdout=subprocess.PIPE, text=True)
+""",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     worker = int(parent.stdout.readline())
     parent.kill()
     parent.wait()

@@ -6,8 +6,18 @@ import duckdb
 import polars as pl
 import pytest
 
-from pipeline.concepts import (administered_expr, administered_sql, administration_events, concept_expr, concept_key,
-                               concept_records, concept_sql, display_name, display_value, same_concept)
+from pipeline.concepts import (
+    administered_expr,
+    administered_sql,
+    administration_events,
+    concept_expr,
+    concept_key,
+    concept_records,
+    concept_sql,
+    display_name,
+    display_value,
+    same_concept,
+)
 from pipeline.source.schema import load_schema
 from pipeline.templates.instantiate import one_per_concept
 from pipeline.templates.registry import load_templates
@@ -15,19 +25,30 @@ from pipeline.templates.render import render_sql
 
 # (name, key): tall-man, whitespace (trailing, inner runs, tabs, newlines), hyphen runs, unicode, empty
 KEYS = [
-    ("LaMOTrigine", "lamotrigine"), ("LamoTRIgine", "lamotrigine"),
+    ("LaMOTrigine", "lamotrigine"),
+    ("LamoTRIgine", "lamotrigine"),
     ("OxycoDONE (Immediate Release) ", "oxycodone (immediate release)"),
     ("OxyCODONE (Immediate Release)", "oxycodone (immediate release)"),
     ("OxyCODONE--Acetaminophen (5mg-325mg)", "oxycodone-acetaminophen (5mg-325mg)"),
-    ("Sodium Chloride 0.9%  Flush", "sodium chloride 0.9% flush"), ("\tPotassium\n\nChloride \x0b", "potassium chloride"),
-    ("x - - y", "x - - y"), ("Ünïcode  ÉÀ", "ünïcode éà"), ("a\u00a0b", "a\u00a0b"), (" ", ""), ("", ""),
+    ("Sodium Chloride 0.9%  Flush", "sodium chloride 0.9% flush"),
+    ("\tPotassium\n\nChloride \x0b", "potassium chloride"),
+    ("x - - y", "x - - y"),
+    ("Ünïcode  ÉÀ", "ünïcode éà"),
+    ("a\u00a0b", "a\u00a0b"),
+    (" ", ""),
+    ("", ""),
 ]
 # (name, display form, tall-man folding)
 DISPLAYS = [
-    ("LaMOTrigine", "Lamotrigine", True), ("OxycoDONE (Immediate Release) ", "Oxycodone (Immediate Release)", True),
-    ("OxyCODONE SR (OxyconTIN)", "Oxycodone SR (Oxycontin)", True), ("NIFEdipine ER", "Nifedipine ER", True),
-    ("Potassium mL pH", "Potassium mL pH", True), ("NTproBNP", "NTproBNP", True), ("IgG  ", "IgG", True),
-    ("HydrALAZINE", "HydrALAZINE", False), ("Sodium Chloride 0.9%  Flush", "Sodium Chloride 0.9% Flush", True),
+    ("LaMOTrigine", "Lamotrigine", True),
+    ("OxycoDONE (Immediate Release) ", "Oxycodone (Immediate Release)", True),
+    ("OxyCODONE SR (OxyconTIN)", "Oxycodone SR (Oxycontin)", True),
+    ("NIFEdipine ER", "Nifedipine ER", True),
+    ("Potassium mL pH", "Potassium mL pH", True),
+    ("NTproBNP", "NTproBNP", True),
+    ("IgG  ", "IgG", True),
+    ("HydrALAZINE", "HydrALAZINE", False),
+    ("Sodium Chloride 0.9%  Flush", "Sodium Chloride 0.9% Flush", True),
 ]
 
 
@@ -57,8 +78,18 @@ def test_display_folds_tall_man_only_for_drug_vocabularies():
 
 
 def test_administration_events_agree_in_sql_and_polars():
-    texts = [*administration_events(), "Administered ", "administered", "Not Given", "Hold Dose", "Delayed ",
-             " in Other Location", "Confirmed", "Stopped", None]
+    texts = [
+        *administration_events(),
+        "Administered ",
+        "administered",
+        "Not Given",
+        "Hold Dose",
+        "Delayed ",
+        " in Other Location",
+        "Confirmed",
+        "Stopped",
+        None,
+    ]
     frame = pl.DataFrame({"event_txt": texts})
     polars_side = frame.select(administered_expr("event_txt")).to_series().to_list()
     con = duckdb.connect()
@@ -76,7 +107,9 @@ def test_every_concept_vocabulary_declares_its_record_tables():
             if not slot.vocabulary:
                 continue
             records = concept_records(slot.vocabulary)
-            assert records, f"{template.id}.{name}: vocabulary {slot.vocabulary} has no concept_records in concepts.yaml"
+            assert records, (
+                f"{template.id}.{name}: vocabulary {slot.vocabulary} has no concept_records in concepts.yaml"
+            )
             for record in records:
                 named_in = record.get("via", record["table"])
                 assert record["column"] in schema[named_in].column_names, f"{record} (concepts.yaml)"
@@ -92,11 +125,15 @@ def test_programs_compare_every_concept_slot_as_a_concept():
         for name, slot in template.spec.slots.items():
             if not slot.vocabulary:
                 continue
-            slots = {n: "Zz Concept" if n == name else "x" if s.type == "text" else 1 for n, s in template.spec.slots.items()}
+            slots = {
+                n: "Zz Concept" if n == name else "x" if s.type == "text" else 1 for n, s in template.spec.slots.items()
+            }
             for what, text in (("gold SQL", template.gold_sql), ("evidence SQL", template.evidence_sql)):
                 sql = render_sql(text, slots)
                 wrapped = sql.count(concept_sql("'Zz Concept'"))
-                assert wrapped and wrapped == sql.count("'Zz Concept'"), f"{template.id} {what}: {name} compared as bytes"
+                assert wrapped and wrapped == sql.count("'Zz Concept'"), (
+                    f"{template.id} {what}: {name} compared as bytes"
+                )
             python = template.gold_python
             assert f'slots["{name}"]' in python and f'== slots["{name}"]' not in python, f"{template.id}: {name}"
 
@@ -105,7 +142,15 @@ def test_sampling_keeps_one_candidate_per_concept_in_display_form():
     template = next(t for t in load_templates() if t.id == "drug_order_count_in_admission")
     names = list(template.spec.slots)
     assert names == ["subject_id", "hadm_id", "drug"]
-    rows = [(1, 2, "LaMOTrigine"), (1, 2, "LamoTRIgine"), (1, 2, "OxycoDONE (Immediate Release) "),
-            (1, 2, "OxyCODONE (Immediate Release)"), (1, 3, "LamoTRIgine")]
+    rows = [
+        (1, 2, "LaMOTrigine"),
+        (1, 2, "LamoTRIgine"),
+        (1, 2, "OxycoDONE (Immediate Release) "),
+        (1, 2, "OxyCODONE (Immediate Release)"),
+        (1, 3, "LamoTRIgine"),
+    ]
     assert one_per_concept(template, names, rows) == [
-        (1, 2, "Lamotrigine"), (1, 2, "Oxycodone (Immediate Release)"), (1, 3, "Lamotrigine")]
+        (1, 2, "Lamotrigine"),
+        (1, 2, "Oxycodone (Immediate Release)"),
+        (1, 3, "Lamotrigine"),
+    ]

@@ -35,7 +35,9 @@ def _airflow(env: dict[str, str], *args: str, timeout: int = 900) -> subprocess.
 
 def _dags_test(env: dict[str, str], dag_id: str, conf: dict) -> subprocess.CompletedProcess:
     result = _airflow(env, "dags", "test", dag_id, "-c", json.dumps(conf))
-    assert result.returncode == 0 and "DagRun failed" not in result.stdout + result.stderr, (result.stdout + result.stderr)[-6000:]
+    assert result.returncode == 0 and "DagRun failed" not in result.stdout + result.stderr, (
+        result.stdout + result.stderr
+    )[-6000:]
     return result
 
 
@@ -43,8 +45,14 @@ def _dags_test(env: dict[str, str], dag_id: str, conf: dict) -> subprocess.Compl
 def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A migrated SQLite metadata DB in a temporary AIRFLOW_HOME, with the project's dags/ as the DAG folder."""
     home = tmp_path_factory.mktemp("airflow-home")
-    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-           "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS), "GX_ANALYTICS_ENABLED": "false", "EHRGYM_DATA": str(home / "unused")}
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "GX_ANALYTICS_ENABLED": "false",
+        "EHRGYM_DATA": str(home / "unused"),
+    }
     migrated = _airflow(env, "db", "migrate")
     assert migrated.returncode == 0, migrated.stderr[-3000:]
     return env
@@ -71,7 +79,9 @@ def _assert_manifest_matches_files(release: Path) -> dict:
     noise = [lab for lab in _jsonl(release / "labels.jsonl") if lab["condition"] == "noise"]
     counted: dict[str, Counter] = {}
     for lab in noise:
-        counted.setdefault(lab["split"], Counter())[f"{lab['intent']}/{lab['scope']}/{lab['level']}/{lab['subtype']}"] += 1
+        counted.setdefault(lab["split"], Counter())[
+            f"{lab['intent']}/{lab['scope']}/{lab['level']}/{lab['subtype']}"
+        ] += 1
     assert manifest["pairs"]["counts"] == {split: dict(c) for split, c in counted.items()}
     assert manifest["pairs"]["published"] == len(noise) == len(_jsonl(release / "patches" / "patches.jsonl")) > 0
     assert len(_jsonl(release / "tasks.jsonl")) == 2 * len(noise)
@@ -79,8 +89,11 @@ def _assert_manifest_matches_files(release: Path) -> dict:
 
 
 def _file_states(root: Path) -> dict[str, tuple[str, int]]:
-    return {p.relative_to(root).as_posix(): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-            for p in root.rglob("*") if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file()
+    }
 
 
 def _releases(data: Path) -> list[str]:
@@ -101,15 +114,22 @@ print(json.dumps({{"errors": bag.import_errors, "dags": {{d.dag_id: {{"tags": so
     "tasks": {{t.task_id: t.retries for t in d.tasks}}, "upstream": {{t.task_id: sorted(t.upstream_task_ids) for t in d.tasks}}}}
     for d in bag.dags.values()}}}}))
 """
-    result = subprocess.run([sys.executable, "-c", script], env=airflow_env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=airflow_env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     bag = json.loads(result.stdout.strip().splitlines()[-1])
     assert bag["errors"] == {} and set(bag["dags"]) == {"ehrgym_rebuild", "ehrgym_ablation"}
     for dag in bag["dags"].values():
         assert {"ehrgym", "release"} <= set(dag["tags"]) and all(r >= 1 for r in dag["tasks"].values())
-        assert dag["upstream"]["publish"] == ["assemble", "pair_gate", "prepare"] and dag["upstream"]["pairs"] == ["instantiate", "prepare"]
+        assert dag["upstream"]["publish"] == ["assemble", "pair_gate", "prepare"] and dag["upstream"]["pairs"] == [
+            "instantiate",
+            "prepare",
+        ]
     assert {"source", "patients", "source_seed", "intents"} <= set(bag["dags"]["ehrgym_rebuild"]["params"])
-    assert {"levels", "subtypes", "intents", "scopes", "pairs_per_cell", "seed", "name"} <= set(bag["dags"]["ehrgym_ablation"]["params"])
+    assert {"levels", "subtypes", "intents", "scopes", "pairs_per_cell", "seed", "name"} <= set(
+        bag["dags"]["ehrgym_ablation"]["params"]
+    )
 
 
 def test_the_dag_tasks_follow_the_declared_stage_order(airflow_env: dict[str, str]):
@@ -122,7 +142,9 @@ from airflow.dag_processing.dagbag import BundleDagBag
 dag = BundleDagBag(dag_folder={str(DAGS)!r}, bundle_path=Path({str(DAGS)!r})).dags["ehrgym_ablation"]
 print(json.dumps([[t.task_id for t in dag.topological_sort()], {{t.task_id: sorted(t.upstream_task_ids) for t in dag.tasks}}]))
 """
-    result = subprocess.run([sys.executable, "-c", script], env=airflow_env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=airflow_env, capture_output=True, text=True, timeout=300
+    )
     order, upstream = json.loads(result.stdout.strip().splitlines()[-1])
     # each stage task waits for exactly the stages whose outputs it takes and those it waits for (the table's edges),
     # plus `shards` for the first mapped stage and the config task for `prepare`
@@ -134,7 +156,9 @@ print(json.dumps([[t.task_id for t in dag.topological_sort()], {{t.task_id: sort
     assert set(stage_tasks) == set(STAGES)
     # source_gate and fingerprint are independent of each other; every other pair keeps the declared order
     rank = {stage: i for i, stage in enumerate(STAGES)}
-    assert all(rank[a] < rank[b] or {a, b} == {"source_gate", "fingerprint"} for a, b in zip(stage_tasks, stage_tasks[1:]))
+    assert all(
+        rank[a] < rank[b] or {a, b} == {"source_gate", "fingerprint"} for a, b in zip(stage_tasks, stage_tasks[1:])
+    )
 
 
 def test_run_stages_walks_the_table_mapping_per_shard_stages(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
@@ -146,17 +170,29 @@ def test_run_stages_walks_the_table_mapping_per_shard_stages(monkeypatch: pytest
 
     calls = []
     for stage in STAGE_TABLE:
+
         def fake(*args, _name=stage.name, **kwargs):
             calls.append((_name, args))
             return f"{_name}{len(calls)}"
+
         monkeypatch.setattr(stages, stage.function, fake)
     db = tmp_path / "x.duckdb"
     db.touch()
     config = BuildConfig(db=db, releases_dir=tmp_path, version="v")
     assert stages.run_stages(config, shards=["a", "b"]) == f"publish{len(calls)}"
     names = [name for name, _ in calls]
-    assert names == ["prepare", "source_gate", "fingerprint", "instantiate", "instantiate", "pairs", "pairs",
-                     "assemble", "pair_gate", "publish"]
+    assert names == [
+        "prepare",
+        "source_gate",
+        "fingerprint",
+        "instantiate",
+        "instantiate",
+        "pairs",
+        "pairs",
+        "assemble",
+        "pair_gate",
+        "publish",
+    ]
     args = dict(zip([f"{n}{i}" for i, n in enumerate(names, 1)], [a for _, a in calls]))
     assert args["instantiate4"] == ("prepare1", "a") and args["instantiate5"] == ("prepare1", "b")
     assert args["pairs6"] == ("prepare1", "instantiate4") and args["pairs7"] == ("prepare1", "instantiate5")
@@ -184,10 +220,14 @@ def test_rebuild_publishes_a_release_whose_manifest_counts_match_its_files(rebui
 
 def test_rebuild_emits_an_asset_event_for_the_release(rebuilt: Path, airflow_env: dict[str, str]):
     with sqlite3.connect(Path(airflow_env["AIRFLOW_HOME"]) / "airflow.db") as db:
-        events = db.execute("SELECT a.name, a.uri, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id").fetchall()
+        events = db.execute(
+            "SELECT a.name, a.uri, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id"
+        ).fetchall()
     release = (rebuilt / "releases" / "weekly").resolve()
     assert ("ehrgym-release-weekly", release.as_uri()) in {(name, uri) for name, uri, _ in events}
-    assert all(json.loads(extra)["path"] == str(release) for name, _, extra in events if name == "ehrgym-release-weekly")
+    assert all(
+        json.loads(extra)["path"] == str(release) for name, _, extra in events if name == "ehrgym-release-weekly"
+    )
 
 
 def test_rerunning_the_same_run_neither_adds_a_release_nor_changes_it(rebuilt: Path, airflow_env: dict[str, str]):
@@ -198,13 +238,21 @@ def test_rerunning_the_same_run_neither_adds_a_release_nor_changes_it(rebuilt: P
 
 
 def test_ablation_publishes_only_the_selected_level_and_subtypes(rebuilt: Path, airflow_env: dict[str, str]):
-    conf = {"name": "value-pair", "source_db": str(rebuilt / "synthetic-200-seed1.duckdb"), "levels": ["value"],
-            "subtypes": ABLATION_SUBTYPES, "data_dir": str(rebuilt), **SMALL}
+    conf = {
+        "name": "value-pair",
+        "source_db": str(rebuilt / "synthetic-200-seed1.duckdb"),
+        "levels": ["value"],
+        "subtypes": ABLATION_SUBTYPES,
+        "data_dir": str(rebuilt),
+        **SMALL,
+    }
     _dags_test(airflow_env, "ehrgym_ablation", conf)
     release = rebuilt / "releases" / "ablation-value-pair"
     manifest = _assert_manifest_matches_files(release)
     labels = _jsonl(release / "labels.jsonl")
-    assert {lab["level"] for lab in labels} == {"value"} and {lab["subtype"] for lab in labels} <= set(ABLATION_SUBTYPES)
+    assert {lab["level"] for lab in labels} == {"value"} and {lab["subtype"] for lab in labels} <= set(
+        ABLATION_SUBTYPES
+    )
     assert sorted(manifest["subtypes"]) == sorted(ABLATION_SUBTYPES) and manifest["config"]["levels"] == ["value"]
     assert _visible_releases(rebuilt) == ["ablation-value-pair", "weekly"]
 
@@ -225,10 +273,18 @@ def test_a_killed_run_leaves_no_release_and_a_rerun_completes(rebuilt: Path, air
     from pipeline.stages import shard_names
 
     conf = {**SOURCE, **SMALL, "template_shards": 3, "data_dir": str(rebuilt), "version": "interrupted"}
-    shards = shard_names(BuildConfig(db=rebuilt / "unused.duckdb", releases_dir=rebuilt, version="v", intents=SMALL["intents"]), 3)
+    shards = shard_names(
+        BuildConfig(db=rebuilt / "unused.duckdb", releases_dir=rebuilt, version="v", intents=SMALL["intents"]), 3
+    )
     before = _visible_releases(rebuilt)
-    proc = subprocess.Popen([str(AIRFLOW), "dags", "test", "ehrgym_rebuild", "-c", json.dumps(conf)], env=airflow_env,
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(AIRFLOW), "dags", "test", "ehrgym_rebuild", "-c", json.dumps(conf)],
+        env=airflow_env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         finished = _wait_for_mapped_outputs(rebuilt, proc)
         assert proc.poll() is None, "the run ended before it could be killed mid-way"

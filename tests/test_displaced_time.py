@@ -38,7 +38,9 @@ def test_a_duration_moves_one_end_and_its_transfer_alike(source):
     assert pairs
     for pair in pairs:
         (moved,) = pair.patch.tables["icustays"].add
-        intime, outtime = source.execute("SELECT intime, outtime FROM icustays WHERE stay_id = ?", [moved["stay_id"]]).fetchall()[0]
+        intime, outtime = source.execute(
+            "SELECT intime, outtime FROM icustays WHERE stay_id = ?", [moved["stay_id"]]
+        ).fetchall()[0]
         assert moved["outtime"] == outtime and moved["intime"] < intime  # the stay now lasts longer
         assert moved["intime"] < _admittime(source, moved["hadm_id"]) - dt.timedelta(hours=24)
         (transfer,) = pair.patch.tables["transfers"].add
@@ -53,8 +55,10 @@ def test_no_other_record_still_answers(source):
 
 
 def test_moved_times_lie_beyond_the_lead_on_the_columns_grid(source):
-    for template_id, table, column in [("lab_first_value_within_24h", "labevents", "charttime"),
-                                       ("drugs_started_first_24h_by_route", "prescriptions", "starttime")]:
+    for template_id, table, column in [
+        ("lab_first_value_within_24h", "labevents", "charttime"),
+        ("drugs_started_first_24h_by_route", "prescriptions", "starttime"),
+    ]:
         pairs, reasons = _verify(source, template_id, tasks=6)
         assert pairs, reasons
         offsets = []
@@ -65,7 +69,10 @@ def test_moved_times_lie_beyond_the_lead_on_the_columns_grid(source):
             if table == "prescriptions":  # real prescriptions start on the hour; so does the moved one
                 assert row[column].minute == 0 and row[column].second == 0
                 with overlay(source, pair.patch):  # and its pharmacy row says the same
-                    assert scalar(source, "SELECT starttime FROM pharmacy WHERE pharmacy_id = ?", [row["pharmacy_id"]]) == row[column]
+                    assert (
+                        scalar(source, "SELECT starttime FROM pharmacy WHERE pharmacy_id = ?", [row["pharmacy_id"]])
+                        == row[column]
+                    )
         assert any(o % dt.timedelta(hours=1) for o in offsets)  # not all a round number of hours before admission
 
 
@@ -74,7 +81,9 @@ def test_a_displaced_lab_takes_its_specimen_along(source):
     for pair in pairs:
         (specimen,) = {r["specimen_id"] for r in pair.patch.tables["labevents"].add}
         with overlay(source, pair.patch):
-            times = source.execute("SELECT DISTINCT charttime FROM labevents WHERE specimen_id = ?", [specimen]).fetchall()
+            times = source.execute(
+                "SELECT DISTINCT charttime FROM labevents WHERE specimen_id = ?", [specimen]
+            ).fetchall()
         assert len(times) == 1  # every row of the specimen shows the one moved time
 
 

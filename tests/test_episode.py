@@ -15,7 +15,9 @@ from pipeline.env.tools import TOOLS, tool_specs
 from pipeline.noise.overlay import overlay
 from pipeline.source.schema import load_schema
 
-needs_landlock = pytest.mark.skipif(not landlock_available(), reason="this kernel offers no Landlock: the Python tool refuses to run unconfined")
+needs_landlock = pytest.mark.skipif(
+    not landlock_available(), reason="this kernel offers no Landlock: the Python tool refuses to run unconfined"
+)
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +63,11 @@ def test_observation_shows_the_question_and_tools_only(release: Release):
     assert set(obs) == {"task_id", "question", "scope", "intent", "answer_format", "tables", "tools"}
     assert obs["answer_format"] == task.answer_format.model_dump(mode="json")
     assert obs["question"] == task.question and len(obs["tables"]) == 31
-    assert [t["function"]["name"] for t in obs["tools"]] == ["sql", "python", "schema", "answer"] == \
-        [t["function"]["name"] for t in tool_specs()]
+    assert (
+        [t["function"]["name"] for t in obs["tools"]]
+        == ["sql", "python", "schema", "answer"]
+        == [t["function"]["name"] for t in tool_specs()]
+    )
     assert release.label(task.task_id).reference_sql not in json.dumps(obs)
 
 
@@ -101,10 +106,15 @@ def test_schema_and_errors_look_the_same_in_a_clean_and_a_noisy_episode(release:
     seen = []
     for task_id in (clean, noisy):
         with release.episode(task_id) as ep:
-            seen.append([ep.call("schema", {}).content, ep.call("schema", {"table": table}).content,
-                         ep.call("sql", {"query": f"SELECT no_such_column FROM {table}"}).content,
-                         ep.call("sql", {"query": f"SELECT * FROM {table} WHERE 1 = 'x'"}).content,
-                         ep.call("sql", {"query": f"SELECT rowid FROM {table} LIMIT 1"}).content])
+            seen.append(
+                [
+                    ep.call("schema", {}).content,
+                    ep.call("schema", {"table": table}).content,
+                    ep.call("sql", {"query": f"SELECT no_such_column FROM {table}"}).content,
+                    ep.call("sql", {"query": f"SELECT * FROM {table} WHERE 1 = 'x'"}).content,
+                    ep.call("sql", {"query": f"SELECT rowid FROM {table} LIMIT 1"}).content,
+                ]
+            )
     assert seen[0] == seen[1]
     assert not any("view" in text.lower() for text in seen[1][2:])
 
@@ -199,5 +209,6 @@ def test_tool_specs_are_generated_from_the_signatures():
         signature = inspect.signature(TOOLS[function["name"]])
         assert list(function["parameters"]["properties"]) == list(signature.parameters)
         assert function["parameters"].get("required", []) == [
-            p.name for p in signature.parameters.values() if p.default is inspect.Parameter.empty]
+            p.name for p in signature.parameters.values() if p.default is inspect.Parameter.empty
+        ]
         assert function["description"] and function["parameters"]["additionalProperties"] is False

@@ -13,21 +13,36 @@ import typer
 from typer.testing import CliRunner
 
 from pipeline.build import BuildConfig
-from pipeline.stages import run_build
 from pipeline.evaluate.cli import eval_command
 from pipeline.evaluate.evaluation import evaluate
 from pipeline.evaluate.runner import EvalConfig
+from pipeline.stages import run_build
 
-SUBTYPES = ["missing_record", "displaced_time", "null_value", "implausible_value", "unit_mismatch", "nonexistent_entity",
-            "unknown_concept"]
+SUBTYPES = [
+    "missing_record",
+    "displaced_time",
+    "null_value",
+    "implausible_value",
+    "unit_mismatch",
+    "nonexistent_entity",
+    "unknown_concept",
+]
 AGENTS = ["oracle", "literal"]
 K = 2
 
 
 @pytest.fixture(scope="module")
 def release_dir(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    config = BuildConfig(db=demo_db, releases_dir=tmp_path_factory.mktemp("releases"), version="eval-test", per_template=2,
-                         seed=1, intents=["encounter", "laboratory", "vital_signs"], subtypes=SUBTYPES, test_size=6)
+    config = BuildConfig(
+        db=demo_db,
+        releases_dir=tmp_path_factory.mktemp("releases"),
+        version="eval-test",
+        per_template=2,
+        seed=1,
+        intents=["encounter", "laboratory", "vital_signs"],
+        subtypes=SUBTYPES,
+        test_size=6,
+    )
     return run_build(config)
 
 
@@ -58,13 +73,23 @@ def jsonl(path: Path) -> list[dict]:
 def test_outputs_written(run: Path, release):
     n_tasks = len(release.tasks())
     for agent in AGENTS:
-        trajectories, verdicts = jsonl(run / "trajectories" / f"{agent}.jsonl"), jsonl(run / "verdicts" / f"{agent}.jsonl")
+        trajectories, verdicts = (
+            jsonl(run / "trajectories" / f"{agent}.jsonl"),
+            jsonl(run / "verdicts" / f"{agent}.jsonl"),
+        )
         assert len(trajectories) == len(verdicts) == n_tasks * K
         assert [(t["task_id"], t["trial"]) for t in trajectories] == [(v["task_id"], v["trial"]) for v in verdicts]
-        assert [t["task_id"] for t in trajectories[::K]] == [t.task_id for t in release.tasks()]  # task order, then trial
+        assert [t["task_id"] for t in trajectories[::K]] == [
+            t.task_id for t in release.tasks()
+        ]  # task order, then trial
         assert all(t["calls"] for t in trajectories)
     metrics = json.loads((run / "metrics.json").read_text())
-    assert metrics["run"]["agents"] == AGENTS and set(metrics["agents"]) == set(AGENTS) and metrics["run"]["k"] == K and metrics["run"]["tasks"] == n_tasks
+    assert (
+        metrics["run"]["agents"] == AGENTS
+        and set(metrics["agents"]) == set(AGENTS)
+        and metrics["run"]["k"] == K
+        and metrics["run"]["tasks"] == n_tasks
+    )
     timing = json.loads((run / "timing.json").read_text())
     assert timing["agents"]["oracle"]["episodes"] == n_tasks * K
 
@@ -84,6 +109,7 @@ def _rs(verdicts: list[dict], c: int) -> float:
         if v["abstained"]:
             return 0 if v["answerable"] else 1
         return 1 if v["answerable"] and v["passed"] else -c
+
     return sum(map(score, verdicts)) / len(verdicts)
 
 
@@ -144,7 +170,9 @@ def test_rerun_with_a_worker_pool_is_identical(run: Path, release, release_dir: 
     for name in ("metrics.json", "report.html", "verdicts/oracle.jsonl", "verdicts/literal.jsonl"):
         assert (again / name).read_bytes() == (run / name).read_bytes(), name
     for agent in AGENTS:
-        assert _without_seconds(again / "trajectories" / f"{agent}.jsonl") == _without_seconds(run / "trajectories" / f"{agent}.jsonl")
+        assert _without_seconds(again / "trajectories" / f"{agent}.jsonl") == _without_seconds(
+            run / "trajectories" / f"{agent}.jsonl"
+        )
 
 
 def test_split_and_out_rules(run: Path, release, release_dir: Path, demo_db: Path, tmp_path: Path):
@@ -178,11 +206,27 @@ def cli():
 
 
 def test_cli_runs_and_prints_the_summary(cli, release_dir: Path, db_copy: Path, tmp_path: Path):
-    done = cli("--release", release_dir, "--db", db_copy, "--agent", "oracle,literal", "--k", 1, "--out", tmp_path / "o",
-               "--split", "test", "--workers", 1)
+    done = cli(
+        "--release",
+        release_dir,
+        "--db",
+        db_copy,
+        "--agent",
+        "oracle,literal",
+        "--k",
+        1,
+        "--out",
+        tmp_path / "o",
+        "--split",
+        "test",
+        "--workers",
+        1,
+    )
     assert done.exit_code == 0, done.output
     assert "oracle" in done.output and "100.0%" in done.output and (tmp_path / "o" / "report.html").is_file()
-    no_split = cli("--release", release_dir, "--db", db_copy, "--agent", "oracle", "--out", tmp_path / "dev", "--split", "dev")
+    no_split = cli(
+        "--release", release_dir, "--db", db_copy, "--agent", "oracle", "--out", tmp_path / "dev", "--split", "dev"
+    )
     assert no_split.exit_code == 2 and "no split 'dev'" in no_split.output and not (tmp_path / "dev").exists()
 
 
@@ -235,7 +279,8 @@ def test_agent_options_parse_json_values_and_name_the_agent():
     from pipeline.evaluate.cli import parse_options
 
     assert parse_options(["llm.max_turns=5", "llm.model=gpt-4o-mini", "llm.temperature=0.5"], ["llm"]) == {
-        "llm": {"max_turns": 5, "model": "gpt-4o-mini", "temperature": 0.5}}
+        "llm": {"max_turns": 5, "model": "gpt-4o-mini", "temperature": 0.5}
+    }
     with pytest.raises(typer.Exit):
         parse_options(["llm.model=x"], ["oracle"])
     with pytest.raises(typer.Exit):
@@ -243,6 +288,16 @@ def test_agent_options_parse_json_values_and_name_the_agent():
 
 
 def test_cli_names_a_bad_agent_option(cli, release_dir: Path, demo_db: Path, tmp_path: Path):
-    bad = cli("--release", release_dir, "--db", demo_db, "--agent", "oracle", "--out", tmp_path / "o",
-              "--agent-option", "llm.model=x")
+    bad = cli(
+        "--release",
+        release_dir,
+        "--db",
+        demo_db,
+        "--agent",
+        "oracle",
+        "--out",
+        tmp_path / "o",
+        "--agent-option",
+        "llm.model=x",
+    )
     assert bad.exit_code == 2 and "names agent 'llm', which is not among --agent oracle" in bad.output

@@ -57,8 +57,10 @@ def _admissions_patch(db: Path):
 
 def test_a_crashing_query_costs_a_restart_not_the_host_nor_the_episodes(synthetic_1000, executor, functions):
     patch = _admissions_patch(synthetic_1000)
-    with Episode(probe_task(0), None, patch, functions, Limits(), executor=executor) as noisy, \
-            Episode(probe_task(1), None, None, functions, Limits(), executor=executor) as clean:
+    with (
+        Episode(probe_task(0), None, patch, functions, Limits(), executor=executor) as noisy,
+        Episode(probe_task(1), None, None, functions, Limits(), executor=executor) as clean,
+    ):
         before = [ep.call("sql", {"query": PATCHED}).content for ep in (noisy, clean)]
         assert before[0] != before[1], "the noisy episode reads its patched admissions"
         pid = executor.pid
@@ -91,8 +93,9 @@ def test_no_child_outlives_the_executor(synthetic_1000, functions):
 
 
 @pytest.mark.realdata
-def test_the_server_survives_a_crashing_query(demo_small_release_dir: Path, demo_db: Path,
-                                              monkeypatch: pytest.MonkeyPatch):
+def test_the_server_survives_a_crashing_query(
+    demo_small_release_dir: Path, demo_db: Path, monkeypatch: pytest.MonkeyPatch
+):
     from pipeline.env.release import Release
     from pipeline.env.server import create_app
 
@@ -101,8 +104,10 @@ def test_the_server_survives_a_crashing_query(demo_small_release_dir: Path, demo
         client = TestClient(create_app(release))
         task_id = release.tasks()[0].task_id
         episode = client.post("/episodes", json={"task_id": task_id}).json()["episode_id"]
-        step = lambda query: client.post(f"/episodes/{episode}/step",  # noqa: E731
-                                         json={"tool": "sql", "arguments": {"query": query}}).json()
+
+        def step(query: str) -> dict:
+            return client.post(f"/episodes/{episode}/step", json={"tool": "sql", "arguments": {"query": query}}).json()
+
         assert CRASHED in json_text(step(CRASH))
         assert "count_star()" in json_text(step("SELECT count(*) FROM patients"))
         assert release.executor.restarts == 1
@@ -118,8 +123,12 @@ def test_memory_past_the_childs_ceiling_fails_in_the_child(synthetic_1000, funct
     try:
         with Episode(probe_task(0), None, None, functions, Limits(), executor=executor) as episode:
             remote = executor.open_episodes[-1]
-            outcome = executor.run(remote, "SELECT max(length(s)) FROM (SELECT list(repeat('x', 1000000)) AS l "
-                                           "FROM range(3000)) t, unnest(l) u(s)", 20.0)
+            outcome = executor.run(
+                remote,
+                "SELECT max(length(s)) FROM (SELECT list(repeat('x', 1000000)) AS l "
+                "FROM range(3000)) t, unnest(l) u(s)",
+                20.0,
+            )
             assert not outcome.ok, "3 GB of strings under a 1.5 GB ceiling"
             assert episode.call("sql", {"query": "SELECT count(*) FROM patients"}).ok  # and the episode goes on
     finally:

@@ -15,8 +15,14 @@ from pipeline.templates.programs import Tables, load_python_program, run_sql, ta
 from pipeline.templates.registry import load_templates
 
 TEMPLATES = {t.id: t for t in load_templates()}
-DRUG_TEMPLATES = ["drug_order_count_in_admission", "drug_administration_count", "drug_first_administration_time",
-                  "prescription_first_dose", "drug_given_first_24h", "drug_first_route_in_admission"]
+DRUG_TEMPLATES = [
+    "drug_order_count_in_admission",
+    "drug_administration_count",
+    "drug_first_administration_time",
+    "prescription_first_dose",
+    "drug_given_first_24h",
+    "drug_first_route_in_admission",
+]
 # where the demo records drugs for an admission: table -> name column
 DRUG_TABLES = {"prescriptions": "drug", "pharmacy": "medication", "emar": "medication"}
 
@@ -25,7 +31,10 @@ def _drug_keys(source, hadm_id: int) -> set[str]:
     """Every drug the admission's records name, keyed independently of the sub-type (any eMAR event)."""
     names = set()
     for table, column in DRUG_TABLES.items():
-        names |= {r[0] for r in source.execute(f"SELECT DISTINCT {column} FROM {table} WHERE hadm_id = ?", [hadm_id]).fetchall()}
+        names |= {
+            r[0]
+            for r in source.execute(f"SELECT DISTINCT {column} FROM {table} WHERE hadm_id = ?", [hadm_id]).fetchall()
+        }
     return {concept_key(n) for n in names if n is not None}
 
 
@@ -44,7 +53,7 @@ def test_false_premise_drug_is_absent_from_every_drug_table(source, template_id:
             twin = subtypes()["false_premise"].make(source, task, template, np.random.default_rng(0))
         except Rejected:
             continue
-        (slot, drug), = twin.patch.slots.items()
+        ((slot, drug),) = twin.patch.slots.items()
         assert concept_key(drug) not in _drug_keys(source, task.slots["hadm_id"]), (template_id, drug)
         assert drug == drug.strip() and "  " not in drug  # shown in display form, like clean questions
         made += 1
@@ -61,7 +70,8 @@ def test_recorded_in_sees_variants_pharmacy_and_flushes(source):
         "SELECT DISTINCT e.medication FROM emar e WHERE e.hadm_id = 22987108 AND e.medication IS NOT NULL"
         " AND lower(trim(e.medication)) NOT IN (SELECT lower(trim(drug)) FROM prescriptions WHERE hadm_id = 22987108"
         " AND drug IS NOT NULL) AND lower(trim(e.medication)) NOT IN (SELECT lower(trim(medication)) FROM pharmacy"
-        " WHERE hadm_id = 22987108 AND medication IS NOT NULL) ORDER BY 1").fetchall()
+        " WHERE hadm_id = 22987108 AND medication IS NOT NULL) ORDER BY 1"
+    ).fetchall()
     for (name,) in only_emar:
         assert recorded_in(source, flushed, "emar.medication", name) == "emar"
     assert recorded_in(source, task, "prescriptions.drug", "Lamivudine") is None
@@ -69,9 +79,12 @@ def test_recorded_in_sees_variants_pharmacy_and_flushes(source):
 
 def test_gold_counts_every_spelling_of_a_drug(source):
     slots = {"subject_id": 10035631, "hadm_id": 29276678, "drug": "Lorazepam"}  # 'LORazepam' and 'Lorazepam' orders
-    expected = scalar(source, "SELECT count(*) FROM prescriptions WHERE hadm_id = 29276678 AND lower(drug) = 'lorazepam'")
-    spellings = scalar(source, "SELECT count(DISTINCT drug) FROM prescriptions WHERE hadm_id = 29276678"
-                               " AND lower(drug) = 'lorazepam'")
+    expected = scalar(
+        source, "SELECT count(*) FROM prescriptions WHERE hadm_id = 29276678 AND lower(drug) = 'lorazepam'"
+    )
+    spellings = scalar(
+        source, "SELECT count(DISTINCT drug) FROM prescriptions WHERE hadm_id = 29276678 AND lower(drug) = 'lorazepam'"
+    )
     assert spellings == 2 and expected > 2
     sql, python = _answers(source, "drug_order_count_in_admission", slots)
     assert sql == python == [{"value": expected}]
@@ -79,8 +92,11 @@ def test_gold_counts_every_spelling_of_a_drug(source):
 
 def test_flushes_are_administrations(source):
     slots = {"subject_id": 10007818, "hadm_id": 22987108, "medication": "Sodium Chloride 0.9% Flush"}
-    flushed = scalar(source, "SELECT count(*) FROM emar WHERE hadm_id = 22987108 AND event_txt = 'Flushed'"
-                             " AND medication = 'Sodium Chloride 0.9%  Flush'")
+    flushed = scalar(
+        source,
+        "SELECT count(*) FROM emar WHERE hadm_id = 22987108 AND event_txt = 'Flushed'"
+        " AND medication = 'Sodium Chloride 0.9%  Flush'",
+    )
     assert flushed > 25
     sql, python = _answers(source, "drug_administration_count", slots)
     assert sql == python and sql[0]["value"] >= flushed

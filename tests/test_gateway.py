@@ -7,11 +7,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from small_db import small_db
 
 from pipeline.env.gateway import Gateway, Limits, clean_error, open_locked, plain
 from pipeline.env.sqlcheck import MAX_QUERY_CHARS, SqlRefused, admit, allowed_functions
 from pipeline.env.sqlfunctions import ALLOWED_FUNCTIONS, CATEGORY_OF
-from small_db import small_db
 
 TABLES = ["patients", "labevents", "big"]
 
@@ -40,8 +40,19 @@ def gateway(con, functions) -> Gateway:
 
 def test_function_allow_list_keeps_analysis_and_drops_files_settings_and_catalog(functions):
     assert {"avg", "median", "strftime", "date_diff", "regexp_matches", "row_number", "list_transform"} <= functions
-    assert not functions & {"read_csv", "current_setting", "pg_get_viewdef", "current_database", "getvariable",
-                            "generate_series", "repeat", "duckdb_tables", "query", "glob", "version"}
+    assert not functions & {
+        "read_csv",
+        "current_setting",
+        "pg_get_viewdef",
+        "current_database",
+        "getvariable",
+        "generate_series",
+        "repeat",
+        "duckdb_tables",
+        "query",
+        "glob",
+        "version",
+    }
 
 
 def test_function_allow_list_is_reviewed_not_derived(con, functions):
@@ -49,27 +60,44 @@ def test_function_allow_list_is_reviewed_not_derived(con, functions):
     SQL-text, function-name and width builders the red team found are not listed."""
     have = {name.lower() for (name,) in con.execute("SELECT function_name FROM duckdb_functions()").fetchall()}
     assert functions <= ALLOWED_FUNCTIONS and ALLOWED_FUNCTIONS <= have, sorted(ALLOWED_FUNCTIONS - have)
-    assert not ALLOWED_FUNCTIONS & {"json_serialize_plan", "json_serialize_sql", "json_deserialize_sql",
-                                    "json_execute_serialized_sql", "printf", "format", "bitstring", "bitstring_agg",
-                                    "bar", "to_base", "list_aggr", "aggregate", "apply", "setval", "equi_width_bins"}
+    assert not ALLOWED_FUNCTIONS & {
+        "json_serialize_plan",
+        "json_serialize_sql",
+        "json_deserialize_sql",
+        "json_execute_serialized_sql",
+        "printf",
+        "format",
+        "bitstring",
+        "bitstring_agg",
+        "bar",
+        "to_base",
+        "list_aggr",
+        "aggregate",
+        "apply",
+        "setval",
+        "equi_width_bins",
+    }
     assert CATEGORY_OF["jaro_winkler_similarity"] == "text" and CATEGORY_OF["row_number"] == "aggregate_window"
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT gender, count(*) FROM patients GROUP BY ALL ORDER BY 1",
-    "WITH p AS (SELECT * FROM patients) SELECT p.* EXCLUDE (dod) FROM p",
-    "SELECT subject_id FROM patients UNION SELECT subject_id FROM labevents ORDER BY 1",
-    "FROM patients SELECT anchor_age * 2 AS doubled WHERE gender = 'F'",
-    "SELECT list_transform([1, 2], lambda x: x + anchor_age) FROM patients",
-    "SELECT *, row_number() OVER (ORDER BY anchor_age) AS r FROM patients QUALIFY r = 1",
-    "SELECT CAST(dod AS DATE) + INTERVAL 1 DAY, extract(year FROM dod), coalesce(dod, DATE '2000-01-01') FROM patients",
-    "SELECT (SELECT max(x) FROM big) AS m, strftime(TIMESTAMP '2020-01-02 03:04:05', '%Y') AS y",
-    "WITH a AS (SELECT 1 AS x), b AS (SELECT x + 1 AS y FROM a) SELECT * FROM b, (SELECT x FROM a) z",
-    "WITH a AS (SELECT subject_id FROM patients) SELECT count(*) FROM a UNION ALL SELECT count(*) FROM a",
-    "SELECT * FROM (PIVOT (SELECT gender FROM patients) ON gender IN ('F', 'M') USING count(*))",
-    "SELECT jaro_winkler_similarity(gender, 'F') AS j, regexp_extract(anchor_year_group, '[0-9]+') AS r "
-    "FROM patients ORDER BY 1",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT gender, count(*) FROM patients GROUP BY ALL ORDER BY 1",
+        "WITH p AS (SELECT * FROM patients) SELECT p.* EXCLUDE (dod) FROM p",
+        "SELECT subject_id FROM patients UNION SELECT subject_id FROM labevents ORDER BY 1",
+        "FROM patients SELECT anchor_age * 2 AS doubled WHERE gender = 'F'",
+        "SELECT list_transform([1, 2], lambda x: x + anchor_age) FROM patients",
+        "SELECT *, row_number() OVER (ORDER BY anchor_age) AS r FROM patients QUALIFY r = 1",
+        "SELECT CAST(dod AS DATE) + INTERVAL 1 DAY, extract(year FROM dod), coalesce(dod, DATE '2000-01-01') FROM patients",
+        "SELECT (SELECT max(x) FROM big) AS m, strftime(TIMESTAMP '2020-01-02 03:04:05', '%Y') AS y",
+        "WITH a AS (SELECT 1 AS x), b AS (SELECT x + 1 AS y FROM a) SELECT * FROM b, (SELECT x FROM a) z",
+        "WITH a AS (SELECT subject_id FROM patients) SELECT count(*) FROM a UNION ALL SELECT count(*) FROM a",
+        "SELECT * FROM (PIVOT (SELECT gender FROM patients) ON gender IN ('F', 'M') USING count(*))",
+        "SELECT jaro_winkler_similarity(gender, 'F') AS j, regexp_extract(anchor_year_group, '[0-9]+') AS r "
+        "FROM patients ORDER BY 1",
+    ],
+)
 def test_admitted_queries_give_what_raw_duckdb_gives(gateway: Gateway, con, sql: str):
     outcome = gateway.run(sql)
     raw = con.cursor().execute(sql).fetchmany(5)
@@ -77,27 +105,30 @@ def test_admitted_queries_give_what_raw_duckdb_gives(gateway: Gateway, con, sql:
     assert outcome.rows == [[plain(v) for v in row] for row in raw]  # unaliased column names may be spelled anew
 
 
-@pytest.mark.parametrize(("sql", "reason"), [
-    ("DROP TABLE patients", "only read queries"),
-    ("SELECT * FROM main.patients", "unqualified"),
-    ("SELECT * FROM read_csv('/etc/passwd')", "table functions"),
-    ("SELECT * FROM secrets", "unknown table"),
-    ("SELECT current_setting('threads')", "not available"),
-    ("SELECT 1; SELECT 2", "exactly one statement"),
-    ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT * FROM r", "recursive"),
-    ("WITH __x AS (SELECT 1) SELECT * FROM __x", "CTE name"),
-    ("SELECT memory.main.patients.gender FROM patients", "catalog or schema"),
-    ("SELEC 1 FROM", "could not parse"),
-    ("SELECT json_serialize_plan('SELECT * FROM main.patients')", "not available"),
-    ("SELECT printf('%100000000d', 1)", "not available"),
-    ("SELECT list_aggr(['threads'], 'current_setting')", "not available"),
-    ("SELECT v.sql FROM (WITH duckdb_views AS (SELECT 1) SELECT 1) x, duckdb_views v", "reserved"),
-    ("SELECT * FROM (WITH p AS (SELECT 1) SELECT 1) x, p", "unknown table 'p'"),
-    ("WITH a AS (SELECT * FROM b), b AS (SELECT 1) SELECT * FROM a", "unknown table 'b'"),
-    ("SELECT * FROM patients AS sqlite_master", "reserved"),
-    ("SELECT * FROM (PIVOT (SELECT gender FROM patients) ON gender USING count(*))", "explicit IN list"),
-    ("SELECT 1 WHERE " + " AND ".join(["(1=1)"] * (MAX_QUERY_CHARS // 10)), "at most"),
-])
+@pytest.mark.parametrize(
+    ("sql", "reason"),
+    [
+        ("DROP TABLE patients", "only read queries"),
+        ("SELECT * FROM main.patients", "unqualified"),
+        ("SELECT * FROM read_csv('/etc/passwd')", "table functions"),
+        ("SELECT * FROM secrets", "unknown table"),
+        ("SELECT current_setting('threads')", "not available"),
+        ("SELECT 1; SELECT 2", "exactly one statement"),
+        ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT * FROM r", "recursive"),
+        ("WITH __x AS (SELECT 1) SELECT * FROM __x", "CTE name"),
+        ("SELECT memory.main.patients.gender FROM patients", "catalog or schema"),
+        ("SELEC 1 FROM", "could not parse"),
+        ("SELECT json_serialize_plan('SELECT * FROM main.patients')", "not available"),
+        ("SELECT printf('%100000000d', 1)", "not available"),
+        ("SELECT list_aggr(['threads'], 'current_setting')", "not available"),
+        ("SELECT v.sql FROM (WITH duckdb_views AS (SELECT 1) SELECT 1) x, duckdb_views v", "reserved"),
+        ("SELECT * FROM (WITH p AS (SELECT 1) SELECT 1) x, p", "unknown table 'p'"),
+        ("WITH a AS (SELECT * FROM b), b AS (SELECT 1) SELECT * FROM a", "unknown table 'b'"),
+        ("SELECT * FROM patients AS sqlite_master", "reserved"),
+        ("SELECT * FROM (PIVOT (SELECT gender FROM patients) ON gender USING count(*))", "explicit IN list"),
+        ("SELECT 1 WHERE " + " AND ".join(["(1=1)"] * (MAX_QUERY_CHARS // 10)), "at most"),
+    ],
+)
 def test_refused_queries_say_why(functions, sql: str, reason: str):
     with pytest.raises(SqlRefused, match=reason):
         admit(sql, TABLES, functions)
@@ -149,18 +180,26 @@ def test_a_passed_tool_deadline_serves_no_query_and_a_near_one_shortens_the_limi
     late = gateway.run("SELECT 1", deadline=time.monotonic() - 0.1)
     assert not late.ok and "time limit has passed" in late.error
     started = time.monotonic()
-    slow = gateway.run("SELECT count(*) FROM big a, big b, big c WHERE hash(a.x + b.x * c.x) = 1",
-                       deadline=time.monotonic() + 0.3)
+    slow = gateway.run(
+        "SELECT count(*) FROM big a, big b, big c WHERE hash(a.x + b.x * c.x) = 1", deadline=time.monotonic() + 0.3
+    )
     assert not slow.ok and "time limit" in slow.error and time.monotonic() - started < 0.9
     assert gateway.run("SELECT count(*) FROM patients", deadline=time.monotonic() + 5).rows == [[2]]
 
 
-@pytest.mark.parametrize(("clean", "noisy"), [
-    ('Binder Error: Ambiguous reference to table "demo.main.t" (duplicate alias "demo.main.t", explicitly alias)',
-     'Binder Error: Ambiguous reference to table ""temp".main.t" (duplicate alias ""temp".main.t", explicitly alias)'),
-    ('Binder Error: Table "t" does not have a column named "nosuch"',
-     'Binder Error: Values list "t" does not have a column named "nosuch"'),
-])
+@pytest.mark.parametrize(
+    ("clean", "noisy"),
+    [
+        (
+            'Binder Error: Ambiguous reference to table "demo.main.t" (duplicate alias "demo.main.t", explicitly alias)',
+            'Binder Error: Ambiguous reference to table ""temp".main.t" (duplicate alias ""temp".main.t", explicitly alias)',
+        ),
+        (
+            'Binder Error: Table "t" does not have a column named "nosuch"',
+            'Binder Error: Values list "t" does not have a column named "nosuch"',
+        ),
+    ],
+)
 def test_error_text_is_the_same_for_a_table_and_its_overlay(clean: str, noisy: str):
     assert clean_error(clean) == clean_error(noisy)
     assert "main." not in clean_error(noisy) and "Values list" not in clean_error(noisy)

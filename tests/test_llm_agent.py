@@ -10,10 +10,10 @@ import pytest
 
 from pipeline.agents import get_agent
 from pipeline.agents.base import AgentContext, read_context
-from pipeline.agents.reading import Reader
-from pipeline.env.verifier import registry_template
 from pipeline.agents.llm import LLMError
+from pipeline.agents.reading import Reader
 from pipeline.env.records import ToolResult
+from pipeline.env.verifier import registry_template
 
 
 class ScriptedServer:
@@ -57,12 +57,23 @@ class ScriptedServer:
 
 def tool_call(call_id: str, name: str, arguments: dict | str) -> dict:
     args = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [
-        {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}]}}]}
+    return {
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}],
+                }
+            }
+        ]
+    }
 
 
-SPECS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
-         for name in ("sql", "python", "schema", "answer")]
+SPECS = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    for name in ("sql", "python", "schema", "answer")
+]
 
 
 class RecordingEpisode:
@@ -70,8 +81,14 @@ class RecordingEpisode:
 
     def __init__(self):
         self.calls, self.done = [], False
-        self.observation = {"task_id": "t1", "question": QUESTION,
-                            "scope": "patient", "intent": "laboratory", "tables": ["labevents"], "tools": SPECS}
+        self.observation = {
+            "task_id": "t1",
+            "question": QUESTION,
+            "scope": "patient",
+            "intent": "laboratory",
+            "tables": ["labevents"],
+            "tools": SPECS,
+        }
 
     def call(self, tool: str, arguments: dict) -> ToolResult:
         self.calls.append((tool, arguments))
@@ -90,8 +107,10 @@ def context() -> AgentContext:
 
 def test_llm_agent_runs_a_scripted_conversation(monkeypatch):
     monkeypatch.setenv("EHRGYM_TEST_KEY", "sk-test")
-    script = [tool_call("c1", "sql", {"query": "SELECT 140.0 AS value"}),
-              tool_call("c2", "answer", {"value": 140.0, "unit": "mEq/L"})]
+    script = [
+        tool_call("c1", "sql", {"query": "SELECT 140.0 AS value"}),
+        tool_call("c2", "answer", {"value": 140.0, "unit": "mEq/L"}),
+    ]
     episode = RecordingEpisode()
     with ScriptedServer(script) as server:
         agent = get_agent("llm", base_url=server.base_url, model="scripted", api_key_env="EHRGYM_TEST_KEY")
@@ -130,10 +149,13 @@ def test_turn_limit_and_a_reply_without_tool_calls_end_the_run():
     assert episode.calls == [] and len(server.requests) == 1
 
 
-@pytest.mark.parametrize(("reply", "message"), [
-    ((503, "overloaded"), "returned HTTP 503: overloaded"),
-    ((200, '{"id": "x"}'), "not a chat completion"),
-])
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        ((503, "overloaded"), "returned HTTP 503: overloaded"),
+        ((200, '{"id": "x"}'), "not a chat completion"),
+    ],
+)
 def test_endpoint_failures_raise_a_clear_error(reply, message):
     with ScriptedServer([reply]) as server:
         agent = get_agent("llm", base_url=server.base_url)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from mimic_folder import make_folder, write_checksums, write_table
 from typer.testing import CliRunner
 
-from mimic_folder import make_folder, write_checksums, write_table
 from pipeline.cli import app
 from pipeline.source.loader import LoadError, load_mimic
 from pipeline.source.schema import TABLE_NAMES, load_schema
@@ -16,13 +16,37 @@ from pipeline.source.schema import TABLE_NAMES, load_schema
 # Published row counts of the MIMIC-IV demo v2.2 (MIT-LCP mimic-code validate_demo.sql); chartevents is
 # the MEDS reconstruction's count (the original demo's 668,862 rows are not available here).
 DEMO_ROWS = {
-    "admissions": 275, "d_hcpcs": 89200, "d_icd_diagnoses": 109775, "d_icd_procedures": 85257,
-    "d_labitems": 1622, "diagnoses_icd": 4506, "drgcodes": 454, "emar": 35835, "emar_detail": 72018,
-    "hcpcsevents": 61, "labevents": 107727, "microbiologyevents": 2899, "omr": 2964, "patients": 100,
-    "pharmacy": 15306, "poe": 45154, "poe_detail": 3795, "prescriptions": 18087, "procedures_icd": 722,
-    "provider": 40508, "services": 319, "transfers": 1190, "icustays": 140, "caregiver": 15468,
-    "d_items": 4014, "chartevents": 588935, "datetimeevents": 15280, "inputevents": 20404,
-    "ingredientevents": 25728, "outputevents": 9362, "procedureevents": 1468,
+    "admissions": 275,
+    "d_hcpcs": 89200,
+    "d_icd_diagnoses": 109775,
+    "d_icd_procedures": 85257,
+    "d_labitems": 1622,
+    "diagnoses_icd": 4506,
+    "drgcodes": 454,
+    "emar": 35835,
+    "emar_detail": 72018,
+    "hcpcsevents": 61,
+    "labevents": 107727,
+    "microbiologyevents": 2899,
+    "omr": 2964,
+    "patients": 100,
+    "pharmacy": 15306,
+    "poe": 45154,
+    "poe_detail": 3795,
+    "prescriptions": 18087,
+    "procedures_icd": 722,
+    "provider": 40508,
+    "services": 319,
+    "transfers": 1190,
+    "icustays": 140,
+    "caregiver": 15468,
+    "d_items": 4014,
+    "chartevents": 588935,
+    "datetimeevents": 15280,
+    "inputevents": 20404,
+    "ingredientevents": 25728,
+    "outputevents": 9362,
+    "procedureevents": 1468,
 }
 PATIENT = "10000032,F,52,2180,2014 - 2016,"
 
@@ -79,8 +103,13 @@ def test_allow_missing_creates_the_absent_table_empty(tmp_path: Path):
 def test_plain_csv_and_reordered_upper_case_header_load_by_name(tmp_path: Path):
     root = make_folder(tmp_path / "mimic")
     (root / "hosp" / "patients.csv.gz").unlink()
-    write_table(root, "patients", ["2014 - 2016,52,F,10000032,,2180"],
-                header="ANCHOR_YEAR_GROUP,anchor_age,Gender,subject_id,dod,anchor_year", gz=False)
+    write_table(
+        root,
+        "patients",
+        ["2014 - 2016,52,F,10000032,,2180"],
+        header="ANCHOR_YEAR_GROUP,anchor_age,Gender,subject_id,dod,anchor_year",
+        gz=False,
+    )
     load_mimic(root, tmp_path / "db.duckdb")
     con = duckdb.connect(str(tmp_path / "db.duckdb"), read_only=True)
     assert con.execute("SELECT subject_id, gender, anchor_age, anchor_year FROM patients").fetchall() == [
@@ -98,15 +127,22 @@ def _assert_refused(root: Path, db: Path, pattern: str, **kwargs) -> None:
 def test_bad_value_names_file_line_and_column(tmp_path: Path):
     root = make_folder(tmp_path / "mimic", {"patients": [PATIENT, "10000033,M,old,2180,2014 - 2016,"]})
     (tmp_path / "out").mkdir()
-    _assert_refused(root, tmp_path / "out" / "db.duckdb",
-                    r"patients\.csv\.gz: line 3: column 'anchor_age' \(SMALLINT\): Could not convert string \"old\"")
+    _assert_refused(
+        root,
+        tmp_path / "out" / "db.duckdb",
+        r"patients\.csv\.gz: line 3: column 'anchor_age' \(SMALLINT\): Could not convert string \"old\"",
+    )
 
 
 def test_bad_timestamp_names_file_line_and_column(tmp_path: Path):
-    admission = "10000032,22595853,2180-05-06 22:23:00,not-a-time,,URGENT,P874LG,TRANSFER,HOME,Other,ENGLISH,WIDOWED,WHITE,,,0"
+    admission = (
+        "10000032,22595853,2180-05-06 22:23:00,not-a-time,,URGENT,P874LG,TRANSFER,HOME,Other,ENGLISH,WIDOWED,WHITE,,,0"
+    )
     root = make_folder(tmp_path / "mimic", {"patients": [PATIENT], "admissions": [admission]})
     (tmp_path / "out").mkdir()
-    _assert_refused(root, tmp_path / "out" / "db.duckdb", r"admissions\.csv\.gz: line 2: column 'dischtime' \(TIMESTAMP\)")
+    _assert_refused(
+        root, tmp_path / "out" / "db.duckdb", r"admissions\.csv\.gz: line 2: column 'dischtime' \(TIMESTAMP\)"
+    )
 
 
 def test_wrong_header_names_the_missing_and_unexpected_columns(tmp_path: Path):
@@ -114,16 +150,21 @@ def test_wrong_header_names_the_missing_and_unexpected_columns(tmp_path: Path):
     header = ",".join(c if c != "valuenum" else "value_num" for c in load_schema()["labevents"].column_names)
     write_table(root, "labevents", [], header=header)
     (tmp_path / "out").mkdir()
-    _assert_refused(root, tmp_path / "out" / "db.duckdb",
-                    r"labevents\.csv\.gz: line 1: wrong header for table 'labevents': missing column\(s\) \['valuenum'\]; "
-                    r"unexpected column\(s\) \['value_num'\]")
+    _assert_refused(
+        root,
+        tmp_path / "out" / "db.duckdb",
+        r"labevents\.csv\.gz: line 1: wrong header for table 'labevents': missing column\(s\) \['valuenum'\]; "
+        r"unexpected column\(s\) \['value_num'\]",
+    )
 
 
 def test_corrupt_gzip_header_is_named(tmp_path: Path):
     root = make_folder(tmp_path / "mimic")
     (root / "hosp" / "omr.csv.gz").write_bytes(b"\x1f\x8b\x08\x00garbage-not-deflate")
     (tmp_path / "out").mkdir()
-    _assert_refused(root, tmp_path / "out" / "db.duckdb", r"omr\.csv\.gz: cannot read the file \(corrupt or not gzip\?\)")
+    _assert_refused(
+        root, tmp_path / "out" / "db.duckdb", r"omr\.csv\.gz: cannot read the file \(corrupt or not gzip\?\)"
+    )
 
 
 def test_truncated_gzip_is_named(tmp_path: Path):
@@ -140,8 +181,11 @@ def test_checksum_mismatch_names_the_file_and_both_digests(tmp_path: Path):
     write_checksums(root)
     write_table(root, "patients", [PATIENT.replace(",F,", ",M,")])
     (tmp_path / "out").mkdir()
-    _assert_refused(root, tmp_path / "out" / "db.duckdb",
-                    r"hosp/patients\.csv\.gz: checksum mismatch: SHA256SUMS\.txt lists [0-9a-f]{64}, the file has [0-9a-f]{64}")
+    _assert_refused(
+        root,
+        tmp_path / "out" / "db.duckdb",
+        r"hosp/patients\.csv\.gz: checksum mismatch: SHA256SUMS\.txt lists [0-9a-f]{64}, the file has [0-9a-f]{64}",
+    )
 
 
 def test_matching_checksums_are_verified(tmp_path: Path):

@@ -67,7 +67,7 @@ def test_subtype_contract_holds_on_real_demo_rows(demo_pairs, source, name: str)
 
 def test_nonexistent_entity_names_an_identifier_no_table_holds(demo_pairs, source):
     for pair in demo_pairs[0]["nonexistent_entity"]:
-        (slot, value), = pair.patch.slots.items()
+        ((slot, value),) = pair.patch.slots.items()
         table = {"subject_id": "patients", "hadm_id": "admissions", "stay_id": "icustays"}[slot]
         assert scalar(source, f"SELECT count(*) FROM {table} WHERE {slot} = ?", [value]) == 0
         assert str(value) in pair.noisy_question and pair.noisy_question != pair.clean.question
@@ -102,17 +102,27 @@ def test_pairs_are_deterministic(source):
 
 def test_overlay_costs_the_patch_not_the_table(source):
     row = source.sql("SELECT * FROM labevents ORDER BY labevent_id LIMIT 1").pl().to_dicts()[0]
-    patch = Patch(tables={"labevents": TablePatch(key_columns=["labevent_id"], hide=[{"labevent_id": row["labevent_id"]}],
-                                                  add=[{**row, "valuenum": -1.0}])})
+    patch = Patch(
+        tables={
+            "labevents": TablePatch(
+                key_columns=["labevent_id"], hide=[{"labevent_id": row["labevent_id"]}], add=[{**row, "valuenum": -1.0}]
+            )
+        }
+    )
     before = scalar(source, "SELECT count(*) FROM labevents")
     with overlay(source, patch):
         temp_rows = scalar(source, "SELECT sum(estimated_size) FROM duckdb_tables() WHERE temporary")
         assert temp_rows == 5  # one hidden key, its rowid, one added row and two sentinels: no table copied
-        views = {r[0] for r in source.execute("SELECT view_name FROM duckdb_views() WHERE temporary AND NOT internal").fetchall()}
+        views = {
+            r[0]
+            for r in source.execute("SELECT view_name FROM duckdb_views() WHERE temporary AND NOT internal").fetchall()
+        }
         assert views == {"labevents", "__add_labevents"}  # untouched tables stay the source's
         assert scalar(source, "SELECT count(*) FROM labevents") == before
         assert scalar(source, "SELECT valuenum FROM labevents WHERE labevent_id = ?", [row["labevent_id"]]) == -1.0
-    assert scalar(source, "SELECT valuenum FROM labevents WHERE labevent_id = ?", [row["labevent_id"]]) == row["valuenum"]
+    assert (
+        scalar(source, "SELECT valuenum FROM labevents WHERE labevent_id = ?", [row["labevent_id"]]) == row["valuenum"]
+    )
 
 
 def test_source_is_never_written(demo_db: Path, source):
@@ -122,8 +132,16 @@ def test_source_is_never_written(demo_db: Path, source):
 
 def test_null_value_rejects_evidence_that_is_already_null(source):
     task = instantiate(source, [TEMPLATES["lab_last_value_in_admission"]], per_template=1, seed=3)[0][0]
-    broken = task.model_copy(update={"evidence": [{"table_name": "labevents", "labevent_id": scalar(
-        source, "SELECT min(labevent_id) FROM labevents WHERE valuenum IS NULL")}]})
+    broken = task.model_copy(
+        update={
+            "evidence": [
+                {
+                    "table_name": "labevents",
+                    "labevent_id": scalar(source, "SELECT min(labevent_id) FROM labevents WHERE valuenum IS NULL"),
+                }
+            ]
+        }
+    )
     with pytest.raises(Rejected, match="evidence_not_clean"):
         SUBTYPES["null_value"].make(source, broken, TEMPLATES[task.template_id], None)
 
@@ -139,8 +157,12 @@ def test_overlay_differs_from_the_source_only_by_its_patch(demo_pairs, source):
             with overlay(source, pair.patch):
                 for table in pair.patch.touched_tables:
                     whole = f'"{catalog}".main.{table}'
-                    removed = scalar(source, f"SELECT count(*) FROM (SELECT * FROM {whole} EXCEPT ALL SELECT * FROM {table})")
-                    added = scalar(source, f"SELECT count(*) FROM (SELECT * FROM {table} EXCEPT ALL SELECT * FROM {whole})")
+                    removed = scalar(
+                        source, f"SELECT count(*) FROM (SELECT * FROM {whole} EXCEPT ALL SELECT * FROM {table})"
+                    )
+                    added = scalar(
+                        source, f"SELECT count(*) FROM (SELECT * FROM {table} EXCEPT ALL SELECT * FROM {whole})"
+                    )
                     assert (removed, added) == (matched[table], len(pair.patch.tables[table].add)), (name, table)
                     assert removed + added > 0, (name, table)
 
@@ -149,7 +171,9 @@ def test_worker_pool_gives_the_same_pairs(source):
     # every pair is seeded by its task and sub-type: two processes find exactly what one finds, in the same order
     from pipeline.release.pairs import candidate_pairs
 
-    templates = [TEMPLATES[t] for t in ("lab_last_value_in_admission", "admission_discharge_location", "patients_with_diagnosis")]
+    templates = [
+        TEMPLATES[t] for t in ("lab_last_value_in_admission", "admission_discharge_location", "patients_with_diagnosis")
+    ]
     tasks, _ = instantiate(source, templates, per_template=4, seed=5)
     by_id = {t.id: t for t in templates}
     one = candidate_pairs(source, tasks, by_id, SUBTYPES, seed=0)

@@ -36,7 +36,9 @@ def _pairs(source, template_id: str, subtype: str, tasks: int = 3) -> list:
 def test_orphan_reference(source):
     for pair in _pairs(source, "lab_first_value_within_24h", "orphan_reference"):
         hadm_id = pair.clean.slots["hadm_id"]
-        assert "admissions" in pair.patch.touched_tables and pair.expected.value is None  # with its transfers, ICU stays
+        assert (
+            "admissions" in pair.patch.touched_tables and pair.expected.value is None
+        )  # with its transfers, ICU stays
         with overlay(source, pair.patch):  # the admission is gone, its lab rows still reference it
             assert scalar(source, "SELECT count(*) FROM admissions WHERE hadm_id = ?", [hadm_id]) == 0
             assert scalar(source, "SELECT count(*) FROM labevents WHERE hadm_id = ?", [hadm_id]) > 0
@@ -47,13 +49,22 @@ def test_orphan_reference_needs_the_encounter_row(source):
     """Evidence rows carry their encounter's key: a question they answer alone is no orphan (a careful analyst
     answers it); only a window offset from the encounter's times (or a non-key attribute) needs the parent."""
     orphan = SUBTYPES["orphan_reference"]
-    for template_id in ("lab_last_value_in_admission", "lab_abnormal_count_in_admission", "vital_first_after_icu_admission",
-                        "mean_urine_output_first_24h_by_careunit"):
+    for template_id in (
+        "lab_last_value_in_admission",
+        "lab_abnormal_count_in_admission",
+        "vital_first_after_icu_admission",
+        "mean_urine_output_first_24h_by_careunit",
+    ):
         template = TEMPLATES[template_id]
         listed = template.model_copy(update={"spec": template.spec.model_copy(update={"noise": ["orphan_reference"]})})
         assert not orphan.applies(listed), template_id  # keys, a bare "after the start", a population question
-    for template_id in ("lab_first_value_within_24h", "drug_given_first_24h", "icu_admission_delay_hours",
-                        "organisms_first_48h_of_admission", "procedure_day_of_admission"):
+    for template_id in (
+        "lab_first_value_within_24h",
+        "drug_given_first_24h",
+        "icu_admission_delay_hours",
+        "organisms_first_48h_of_admission",
+        "procedure_day_of_admission",
+    ):
         assert orphan.applies(TEMPLATES[template_id]), template_id
     task = instantiate(source, [TEMPLATES["lab_last_value_in_admission"]], per_template=1, seed=7)[0][0]
     with pytest.raises(Rejected, match="children_answer_without_parent"):
@@ -64,8 +75,9 @@ def test_displaced_time(source):
     for pair in _pairs(source, "lab_first_value_within_24h", "displaced_time"):
         hidden = {"labevent_id": pair.clean.evidence[0]["labevent_id"]}  # the answer's lab (its specimen moves along)
         (moved,) = [r for r in pair.patch.tables["labevents"].add if r["labevent_id"] == hidden["labevent_id"]]
-        admittime, dischtime = source.execute("SELECT admittime, dischtime FROM admissions WHERE hadm_id = ?",
-                                              [moved["hadm_id"]]).fetchall()[0]
+        admittime, dischtime = source.execute(
+            "SELECT admittime, dischtime FROM admissions WHERE hadm_id = ?", [moved["hadm_id"]]
+        ).fetchall()[0]
         clean_time = scalar(source, "SELECT charttime FROM labevents WHERE labevent_id = ?", [hidden["labevent_id"]])
         assert moved["hadm_id"] == pair.clean.slots["hadm_id"]  # it keeps its admission
         assert admittime <= clean_time < admittime + dt.timedelta(hours=24)  # it was in the asked window
@@ -79,7 +91,10 @@ def test_false_premise(source):
         assert drug != clean["drug"] and drug in pair.noisy_question
         same = f"{concept_sql('drug')} = {concept_sql('?')}"  # one drug in any spelling (pipeline/concepts.py)
         assert scalar(source, f"SELECT count(*) FROM prescriptions WHERE {same}", [drug]) > 0  # a real drug
-        assert scalar(source, f"SELECT count(*) FROM prescriptions WHERE {same} AND hadm_id = ?", [drug, clean["hadm_id"]]) == 0
+        assert (
+            scalar(source, f"SELECT count(*) FROM prescriptions WHERE {same} AND hadm_id = ?", [drug, clean["hadm_id"]])
+            == 0
+        )
         assert pair.expected.value is None and not pair.patch.tables
 
 
@@ -94,7 +109,8 @@ def test_false_premise_counts_rows_without_an_admission_in_its_days(source):
         "SELECT a.subject_id, a.hadm_id, min(d.label) FROM labevents l JOIN d_labitems d USING (itemid) "
         "JOIN admissions a ON a.subject_id = l.subject_id AND CAST(l.charttime AS DATE) BETWEEN CAST(a.admittime AS DATE) "
         "AND CAST(a.dischtime AS DATE) WHERE l.hadm_id IS NULL AND NOT EXISTS (SELECT 1 FROM labevents o "
-        "WHERE o.hadm_id = a.hadm_id AND o.itemid = l.itemid) GROUP BY ALL ORDER BY ALL LIMIT 1").fetchall()[0]
+        "WHERE o.hadm_id = a.hadm_id AND o.itemid = l.itemid) GROUP BY ALL ORDER BY ALL LIMIT 1"
+    ).fetchall()[0]
     task = SimpleNamespace(slots={"subject_id": subject_id, "hadm_id": hadm_id})
     assert concept_key(label) in recorded_concepts(source, task, "d_labitems.label")
 
@@ -130,7 +146,11 @@ def test_out_of_window(source, template_id: str):
         assert source.sql(pair.reference_sql).fetchall() == []  # the moved window holds no record
         if template_id == "lab_last_value_in_window":  # the clean answer's record lies outside the moved window
             charttime = dt.datetime.fromisoformat(pair.clean.answer.records["charttime"])
-            assert not dt.date.fromisoformat(noisy["window_start"]) <= charttime.date() <= dt.date.fromisoformat(noisy["window_end"])
+            assert (
+                not dt.date.fromisoformat(noisy["window_start"])
+                <= charttime.date()
+                <= dt.date.fromisoformat(noisy["window_end"])
+            )
 
 
 def test_nonexistent_entity_on_dense_synthetic_identifiers(synthetic_1000):
@@ -142,7 +162,7 @@ def test_nonexistent_entity_on_dense_synthetic_identifiers(synthetic_1000):
         template = TEMPLATES["lab_last_value_in_admission"]
         task = instantiate(con, [template], per_template=1, seed=7)[0][0]
         pair = verify_pair(con, Tables(con), task, template, SUBTYPES["nonexistent_entity"], seed=0)
-        (slot, value), = pair.patch.slots.items()
+        ((slot, value),) = pair.patch.slots.items()
         largest = scalar(con, f"SELECT max({slot}) FROM {'admissions' if slot == 'hadm_id' else 'patients'}")
         assert len(str(value)) == len(str(largest)) and pair.expected.value is None
     finally:

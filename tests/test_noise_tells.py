@@ -89,7 +89,9 @@ def _chart_row(con, itemid: int) -> dict:
 
 def _altered(row: dict, **changes) -> Patch:
     keys = ["stay_id", "itemid", "charttime"]
-    return Patch(tables={"chartevents": TablePatch(key_columns=keys, hide=[{k: row[k] for k in keys}], add=[{**row, **changes}])})
+    return Patch(
+        tables={"chartevents": TablePatch(key_columns=keys, hide=[{k: row[k] for k in keys}], add=[{**row, **changes}])}
+    )
 
 
 def test_a_fractional_heart_rate_is_caught(synthetic):
@@ -113,35 +115,66 @@ def test_an_id_off_the_patients_block_and_an_id_out_of_range_are_caught(syntheti
 
 
 def test_a_female_code_for_a_male_patient_is_caught(synthetic):
-    row = synthetic.sql("SELECT d.* FROM diagnoses_icd d JOIN patients USING (subject_id) WHERE gender = 'M' "
-                        "AND icd_version = 10 ORDER BY ALL LIMIT 1").pl().to_dicts()[0]
+    row = (
+        synthetic.sql(
+            "SELECT d.* FROM diagnoses_icd d JOIN patients USING (subject_id) WHERE gender = 'M' "
+            "AND icd_version = 10 ORDER BY ALL LIMIT 1"
+        )
+        .pl()
+        .to_dicts()[0]
+    )
     keys = ["hadm_id", "seq_num"]
-    patch = Patch(tables={"diagnoses_icd": TablePatch(key_columns=keys, hide=[{k: row[k] for k in keys}],
-                                                      add=[{**row, "icd_code": "C50911"}])})
+    patch = Patch(
+        tables={
+            "diagnoses_icd": TablePatch(
+                key_columns=keys, hide=[{k: row[k] for k in keys}], add=[{**row, "icd_code": "C50911"}]
+            )
+        }
+    )
     assert any("does not fit" in t for t in patch_tells(synthetic, patch))
 
 
 def test_patched_rows_returned_last_are_caught(synthetic):
     lab = synthetic.sql("SELECT * FROM labevents ORDER BY labevent_id LIMIT 1").pl().to_dicts()[0]
     patch = Patch(tables={"labevents": TablePatch(key_columns=["labevent_id"], add=[{**lab, "valuenum": 1.0}])})
-    source = f"\"{scalar(synthetic, 'SELECT current_database()')}\".main.labevents"
+    source = f'"{scalar(synthetic, "SELECT current_database()")}".main.labevents'
     with overlay(synthetic, patch):  # the overlay as it was: the source's rows, then the added ones
-        synthetic.execute(f"CREATE OR REPLACE TEMP VIEW appended AS SELECT * FROM {source} "
-                          f"UNION ALL SELECT * EXCLUDE (__pos, __sub) FROM temp.main.__add_labevents")
+        synthetic.execute(
+            f"CREATE OR REPLACE TEMP VIEW appended AS SELECT * FROM {source} "
+            f"UNION ALL SELECT * EXCLUDE (__pos, __sub) FROM temp.main.__add_labevents"
+        )
         assert order_tells(synthetic, source, "labevents", "appended")
         assert order_tells(synthetic, source, "labevents") == []
         synthetic.execute("DROP VIEW appended")
 
 
 def test_polars_overlay_keeps_the_sql_overlays_order(synthetic):
-    rows = synthetic.sql("SELECT * FROM labevents WHERE subject_id = (SELECT min(subject_id) FROM labevents) "
-                         "LIMIT 5").pl().to_dicts()
-    patch = Patch(tables={"labevents": TablePatch(key_columns=["labevent_id"], hide=[{"labevent_id": rows[1]["labevent_id"]}],
-                                                  add=[{**rows[1], "valuenum": 2.0}, {**rows[3], "labevent_id": rows[-1]["labevent_id"] + 1}])})
+    rows = (
+        synthetic.sql("SELECT * FROM labevents WHERE subject_id = (SELECT min(subject_id) FROM labevents) LIMIT 5")
+        .pl()
+        .to_dicts()
+    )
+    patch = Patch(
+        tables={
+            "labevents": TablePatch(
+                key_columns=["labevent_id"],
+                hide=[{"labevent_id": rows[1]["labevent_id"]}],
+                add=[{**rows[1], "valuenum": 2.0}, {**rows[3], "labevent_id": rows[-1]["labevent_id"] + 1}],
+            )
+        }
+    )
     subject, tables = rows[0]["subject_id"], Tables(synthetic)
     with overlay(synthetic, patch):
-        in_sql = [r[0] for r in synthetic.execute("SELECT labevent_id FROM labevents WHERE subject_id = ?", [subject]).fetchall()]
+        in_sql = [
+            r[0]
+            for r in synthetic.execute("SELECT labevent_id FROM labevents WHERE subject_id = ?", [subject]).fetchall()
+        ]
         for view in (tables, tables.for_subject(subject)):
             frame = polars_overlay(view, patch)["labevents"].filter(subject_id=subject).collect()
             assert frame["labevent_id"].to_list() == in_sql
-    assert in_sql[:4] == [rows[0]["labevent_id"], rows[1]["labevent_id"], rows[2]["labevent_id"], rows[3]["labevent_id"]]
+    assert in_sql[:4] == [
+        rows[0]["labevent_id"],
+        rows[1]["labevent_id"],
+        rows[2]["labevent_id"],
+        rows[3]["labevent_id"],
+    ]

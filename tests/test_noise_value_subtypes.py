@@ -8,8 +8,8 @@ import pytest
 
 from pipeline.db import scalar
 from pipeline.noise.base import Rejected, subtypes
-from pipeline.noise.overlay import overlay
 from pipeline.noise.measurements import item_span, measurement_tables
+from pipeline.noise.overlay import overlay
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import confusable_units, placeholders
 from pipeline.noise.verify import verify_pair
@@ -64,7 +64,9 @@ def assert_patient_trap(pair):
 def assert_repaired(source, pair, table: str, removed: list[dict]):
     assert pair.contract == "repair" and pair.naive_answer != pair.expected
     repaired = gold_without(source, pair, table, removed)
-    assert repaired.value == pytest.approx(pair.expected.value, abs=TEMPLATES[pair.clean.template_id].spec.answer.tolerance)
+    assert repaired.value == pytest.approx(
+        pair.expected.value, abs=TEMPLATES[pair.clean.template_id].spec.answer.tolerance
+    )
 
 
 def test_unit_mismatch(source, pair_of):  # patient scope (a converted quantity): tests/test_unit_mismatch.py
@@ -87,7 +89,10 @@ def test_placeholder_value(source, pair_of):
     listed = lab_median.model_copy(update={"spec": lab_median.spec.model_copy(update={"noise": ["placeholder_value"]})})
     assert not subtypes()["placeholder_value"].applies(listed)
     errors = ", ".join(f"'{e}'" for e in placeholders()["errors"])
-    assert scalar(source, f"SELECT count(*) FILTER (WHERE valuenum IS NOT NULL) FROM labevents WHERE value IN ({errors})") == 0
+    assert (
+        scalar(source, f"SELECT count(*) FILTER (WHERE valuenum IS NOT NULL) FROM labevents WHERE value IN ({errors})")
+        == 0
+    )
 
 
 def test_conflicting_duplicate(source, pair_of):
@@ -126,10 +131,13 @@ def test_text_and_dose_columns_outside_measurement_tables(source, pair_of):
 
 def test_unit_mismatch_rejects_an_item_without_unit_rule(source):
     task = instantiate(source, [TEMPLATES["lab_last_value_in_admission"]], per_template=1, seed=3)[0][0]
-    ruleless = scalar(source, f"""
+    ruleless = scalar(
+        source,
+        f"""
         SELECT min(labevent_id) FROM labevents WHERE valuenum IS NOT NULL AND itemid IN (
           SELECT itemid FROM labevents WHERE valueuom IS NOT NULL GROUP BY itemid
-          HAVING mode(valueuom) NOT IN ({', '.join(repr(u) for u in confusable_units())}))""")
+          HAVING mode(valueuom) NOT IN ({", ".join(repr(u) for u in confusable_units())}))""",
+    )
     broken = task.model_copy(update={"evidence": [{"table_name": "labevents", "labevent_id": ruleless}]})
     with pytest.raises(Rejected, match="no_convertible_unit"):  # patient scope: no same-dimension unit either
         SUBTYPES["unit_mismatch"].make(source, broken, TEMPLATES[task.template_id], None)
@@ -141,8 +149,11 @@ def test_an_orders_conflict_is_in_its_pharmacy_row_too(source, pair_of):
     (pharmacy_copy,) = pair.patch.tables["pharmacy"].add  # the order's own row, copied with the other stop time
     assert pharmacy_copy["pharmacy_id"] == copy["pharmacy_id"] and not pair.patch.tables["pharmacy"].hide
     ((stop,),) = source.sql(f"SELECT stoptime FROM pharmacy WHERE pharmacy_id = {copy['pharmacy_id']}").fetchall()
-    order_stop = scalar(source, "SELECT stoptime FROM prescriptions WHERE pharmacy_id = ? AND drug = ? AND drug_type = ?",
-                        [copy["pharmacy_id"], copy["drug"], copy["drug_type"]])
+    order_stop = scalar(
+        source,
+        "SELECT stoptime FROM prescriptions WHERE pharmacy_id = ? AND drug = ? AND drug_type = ?",
+        [copy["pharmacy_id"], copy["drug"], copy["drug_type"]],
+    )
     assert copy["stoptime"] != order_stop  # the order's second row stops at another time
     assert pharmacy_copy["stoptime"] - stop == copy["stoptime"] - order_stop  # and so does its pharmacy row's copy
     assert pair.expected is None or pair.expected.value is None  # nothing in the record settles which stop is right

@@ -29,7 +29,9 @@ def test_a_nulled_prescription_time_is_null_in_pharmacy_too(source):
         column = "stoptime" if row["stoptime"] is None else "starttime"
         assert row[column] is None
         with overlay(source, pair.patch):
-            kept = source.execute(f"SELECT {column} FROM pharmacy WHERE pharmacy_id = ?", [row["pharmacy_id"]]).fetchall()
+            kept = source.execute(
+                f"SELECT {column} FROM pharmacy WHERE pharmacy_id = ?", [row["pharmacy_id"]]
+            ).fetchall()
         assert kept and all(value is None for (value,) in kept)  # the careful reader finds no time there either
 
 
@@ -45,8 +47,9 @@ def test_a_nulled_lab_number_keeps_no_text_and_a_nulled_unit_no_transfer(source)
     for pair in _pairs(source, "icu_stay_first_careunit"):
         (stay,) = pair.patch.tables["icustays"].add
         with overlay(source, pair.patch):
-            units = source.execute("SELECT careunit FROM transfers WHERE hadm_id = ? AND intime = ?",
-                                   [stay["hadm_id"], stay["intime"]]).fetchall()
+            units = source.execute(
+                "SELECT careunit FROM transfers WHERE hadm_id = ? AND intime = ?", [stay["hadm_id"], stay["intime"]]
+            ).fetchall()
         assert units == [(None,)]  # the ICU transfer no longer names the unit
 
 
@@ -58,11 +61,15 @@ def test_a_billed_procedure_charted_in_the_icu_keeps_its_date(source):
     template = TEMPLATES["procedure_first_date_in_admission"]
     reasons = {True: set(), False: set()}
     for task in instantiate(source, [template], per_template=12, seed=3)[0]:
-        charted = source.execute(
-            "SELECT count(*) FROM procedures_icd p JOIN d_icd_procedures d USING (icd_code, icd_version) JOIN procedureevents e "
-            "USING (hadm_id) WHERE p.hadm_id = ? AND lower(trim(d.long_title)) = lower(trim(?)) "
-            "AND abs(date_diff('day', e.starttime::DATE, p.chartdate)) <= 1",
-            [task.slots["hadm_id"], task.slots["procedure_title"]]).fetchall()[0][0] > 0
+        charted = (
+            source.execute(
+                "SELECT count(*) FROM procedures_icd p JOIN d_icd_procedures d USING (icd_code, icd_version) JOIN procedureevents e "
+                "USING (hadm_id) WHERE p.hadm_id = ? AND lower(trim(d.long_title)) = lower(trim(?)) "
+                "AND abs(date_diff('day', e.starttime::DATE, p.chartdate)) <= 1",
+                [task.slots["hadm_id"], task.slots["procedure_title"]],
+            ).fetchall()[0][0]
+            > 0
+        )
         for name in ("null_value", "displaced_time"):
             try:
                 subtypes()[name].make(source, task, template, np.random.default_rng(0))

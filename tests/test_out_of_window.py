@@ -18,9 +18,11 @@ COUNT = TEMPLATES["admissions_count_in_window"]
 
 def test_an_empty_window_inside_the_record_counts_zero(source):
     lo, hi = covered_span(source)
-    empty = source.execute("""SELECT d::DATE FROM range(?::TIMESTAMP + INTERVAL 1 DAY, ?::TIMESTAMP, INTERVAL 1 DAY) t(d)
+    empty = source.execute(
+        """SELECT d::DATE FROM range(?::TIMESTAMP + INTERVAL 1 DAY, ?::TIMESTAMP, INTERVAL 1 DAY) t(d)
         WHERE NOT EXISTS (SELECT 1 FROM admissions WHERE CAST(admittime AS DATE) = d::DATE) ORDER BY 1 LIMIT 1""",
-                           [lo, hi]).fetchall()[0][0]
+        [lo, hi],
+    ).fetchall()[0][0]
     slots = typed_slots(COUNT, {"window_start": empty.isoformat(), "window_end": empty.isoformat()})
     assert lo < empty < hi
     assert canonical_answer(run_sql(source, COUNT.gold_sql, slots), COUNT.spec.answer).value == 0  # 0, not no answer
@@ -37,13 +39,17 @@ def test_the_covered_span_is_the_records_not_the_encounters(source):
 
 def test_a_count_window_moves_outside_what_the_record_covers(source):
     lo, hi = covered_span(source)
-    pairs = [verify_pair(source, Tables(source), task, COUNT, subtypes()["out_of_window"], seed=0)
-             for task in instantiate(source, [COUNT], per_template=3, seed=7)[0]]
+    pairs = [
+        verify_pair(source, Tables(source), task, COUNT, subtypes()["out_of_window"], seed=0)
+        for task in instantiate(source, [COUNT], per_template=3, seed=7)[0]
+    ]
     for pair in pairs:
         start, end = (dt.date.fromisoformat(pair.noisy_slots[s]) for s in ("window_start", "window_end"))
         assert end < lo or start > hi  # wholly before the first or after the last encounter
-        assert (end - start) == (dt.date.fromisoformat(pair.clean.slots["window_end"])
-                                 - dt.date.fromisoformat(pair.clean.slots["window_start"]))
+        assert (end - start) == (
+            dt.date.fromisoformat(pair.clean.slots["window_end"])
+            - dt.date.fromisoformat(pair.clean.slots["window_start"])
+        )
         assert pair.expected.value is None and pair.naive_answer.value == 0 and pair.trap
         assert source.sql(pair.reference_sql).fetchall() == []
 

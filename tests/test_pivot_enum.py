@@ -24,8 +24,10 @@ def gateway(tmp_path_factory: pytest.TempPathFactory):
     path: Path = tmp_path_factory.mktemp("pivot") / "small.duckdb"
     with duckdb.connect(str(path)) as con:
         con.execute(load_schema()["patients"].create_sql())
-        con.execute("INSERT INTO patients VALUES (1, 'F', 60, 2150, '2008 - 2010', NULL), "
-                    "(2, 'M', 70, 2160, '2011 - 2013', '2165-01-01')")
+        con.execute(
+            "INSERT INTO patients VALUES (1, 'F', 60, 2150, '2008 - 2010', NULL), "
+            "(2, 'M', 70, 2160, '2011 - 2013', '2165-01-01')"
+        )
     con = open_locked(path, Limits())
     yield Gateway(con.cursor(), ["patients"], Gateway.functions_of(con), Limits())
     con.close()

@@ -14,8 +14,13 @@ from pipeline.templates.registry import load_templates
 from pipeline.templates.render import render
 
 # One made-up value per slot type, rendered into every phrasing of every template and read back.
-SAMPLE = {"integer": 10012345, "number": 37.5, "text": "Made-up Analyte, serum", "date": "2150-03-04",
-          "datetime": "2150-03-04 05:06:07"}
+SAMPLE = {
+    "integer": 10012345,
+    "number": 37.5,
+    "text": "Made-up Analyte, serum",
+    "date": "2150-03-04",
+    "datetime": "2150-03-04 05:06:07",
+}
 PATCHED_SUBTYPES = {"nonexistent_entity", "false_premise", "unknown_concept", "out_of_window"}
 
 
@@ -61,8 +66,13 @@ def test_a_question_that_splits_several_ways_keeps_the_names_whole_or_is_refused
     assert len(Phrasing(phrasing, {"lab_label": "text", "fluid": "text"}).splits(question)) == 2  # "Venous) (Blood" too
     assert Reader([share], "test").read(question).slots == {"lab_label": "pO2 (Venous)", "fluid": "Blood"}
     route = templates["route_share_for_drug"]
-    question = render(route.spec.questions[0], {"drug": "Foo prescriptions (with a recorded route) were given by "
-                                                "the IV route? What percentage of Foo", "route": "PO"}).strip()
+    question = render(
+        route.spec.questions[0],
+        {
+            "drug": "Foo prescriptions (with a recorded route) were given by the IV route? What percentage of Foo",
+            "route": "PO",
+        },
+    ).strip()
     with pytest.raises(ReadError, match="reads in 2 ways"):
         Reader([route], "test").read(question)
 
@@ -88,8 +98,11 @@ def test_every_release_task_reads_back_to_its_label(release):
 
 def test_an_edited_question_reads_the_edited_value(release):
     labels = [release.label(t.task_id) for t in release.tasks()]
-    task, label = next((t, lab) for t, lab in zip(release.tasks(), labels, strict=True)
-                       if lab.condition == "clean" and "lab_label" in lab.slots)
+    task, label = next(
+        (t, lab)
+        for t, lab in zip(release.tasks(), labels, strict=True)
+        if lab.condition == "clean" and "lab_label" in lab.slots
+    )
     edited = task.question.replace(label.slots["lab_label"], "Made-up Analyte")
     assert edited != task.question
     context = read_context(task.task_id, edited, reader_for(release))
@@ -133,8 +146,9 @@ def test_an_agent_run_through_eval_never_sees_the_label(release):
 def test_run_refuses_a_context_not_read_from_the_question(release):
     task = release.tasks()[0]
     label, read = release.label(task.task_id), context_for(release, task.task_id)
-    by_hand = AgentContext(task_id=task.task_id, question=task.question, template=release.template(label),
-                           slots=dict(label.slots))
+    by_hand = AgentContext(
+        task_id=task.task_id, question=task.question, template=release.template(label), slots=dict(label.slots)
+    )
     edited = read.model_copy(update={"slots": {**read.slots, next(iter(read.slots)): 1}})
     other = read_context(task.task_id, release.tasks()[1].question, reader_for(release))
     for context in (by_hand, edited, other):

@@ -12,8 +12,12 @@ from pipeline.templates.instantiate import instantiate, typed_slots
 from pipeline.templates.programs import Tables
 from pipeline.templates.registry import load_templates
 
-PATCHED_PAIRS = [("nonexistent_entity", "lab_last_value_in_admission"), ("false_premise", "prescription_first_dose"),
-                 ("unknown_concept", "lab_first_value_within_24h"), ("out_of_window", "lab_last_value_in_window")]
+PATCHED_PAIRS = [
+    ("nonexistent_entity", "lab_last_value_in_admission"),
+    ("false_premise", "prescription_first_dose"),
+    ("unknown_concept", "lab_first_value_within_24h"),
+    ("out_of_window", "lab_last_value_in_window"),
+]
 
 
 def test_every_question_level_subtype_is_covered():

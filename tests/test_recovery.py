@@ -29,7 +29,9 @@ def _source(rows: dict[str, list[dict]]) -> duckdb.DuckDBPyConnection:
         con.execute(f"CREATE TABLE {table.name} ({', '.join(f'{c.name} {c.duckdb_type}' for c in table.columns)})")
     for name, table_rows in rows.items():
         for row in table_rows:
-            con.execute(f"INSERT INTO {name} ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})", list(row.values()))
+            con.execute(
+                f"INSERT INTO {name} ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})", list(row.values())
+            )
     return con
 
 
@@ -63,15 +65,22 @@ def test_breakpoints_agree_with_interpreted_demo_rows(source):
     from pipeline.noise.recovery.strategies import breakpoint_sql
 
     reading = breakpoint_sql(load_config()["breakpoint"])
-    n, wrong = source.sql(f"SELECT count(*), count(*) FILTER (WHERE {reading} <> interpretation) FROM microbiologyevents t "
-                          f"WHERE interpretation IS NOT NULL AND {reading} IS NOT NULL").fetchall()[0]
+    n, wrong = source.sql(
+        f"SELECT count(*), count(*) FILTER (WHERE {reading} <> interpretation) FROM microbiologyevents t "
+        f"WHERE interpretation IS NOT NULL AND {reading} IS NOT NULL"
+    ).fetchall()[0]
     assert n > 50 and wrong == 0
 
 
-DEMO_PAIRS = [("displaced_time", "mean_icu_los_by_first_careunit"), ("displaced_time", "drug_given_first_24h"),
-              ("orphan_reference", "icu_admission_delay_hours"), ("out_of_window", "admissions_count_in_window"),
-              ("null_value", "organism_resistant_to_antibiotic"), ("false_premise", "drug_first_administration_time"),
-              ("conflicting_duplicate", "patients_with_lab_above_threshold")]
+DEMO_PAIRS = [
+    ("displaced_time", "mean_icu_los_by_first_careunit"),
+    ("displaced_time", "drug_given_first_24h"),
+    ("orphan_reference", "icu_admission_delay_hours"),
+    ("out_of_window", "admissions_count_in_window"),
+    ("null_value", "organism_resistant_to_antibiotic"),
+    ("false_premise", "drug_first_administration_time"),
+    ("conflicting_duplicate", "patients_with_lab_above_threshold"),
+]
 
 
 def test_no_kept_demo_pair_is_recoverable(source):
@@ -86,11 +95,16 @@ def test_no_kept_demo_pair_is_recoverable(source):
         template = TEMPLATES[template_id]
         for task in instantiate(source, [template], per_template=3, seed=0)[0]:
             try:
-                kept.append((verify_pair(source, Tables(source), task, template, subtypes()[subtype], seed=0), template))
+                kept.append(
+                    (verify_pair(source, Tables(source), task, template, subtypes()[subtype], seed=0), template)
+                )
             except Rejected as exc:
                 rejected.append(exc.reason)
     assert kept and any(r.startswith("recoverable_") for r in rejected), rejected
     for pair, template in kept:
         slots = typed_slots(template, pair.noisy_slots)
         with overlay(source, pair.patch):
-            assert recover(source, Case(template, slots, pair.patch, pair.contract, pair.expected, pair.naive_answer)) is None, pair.pair_id
+            assert (
+                recover(source, Case(template, slots, pair.patch, pair.contract, pair.expected, pair.naive_answer))
+                is None
+            ), pair.pair_id

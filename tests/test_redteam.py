@@ -17,8 +17,12 @@ FIXTURES = Path(__file__).parent / "fixtures" / "redteam"
 SQL_ATTACKS = yaml.safe_load((FIXTURES / "sql_attacks.yaml").read_text())
 PYTHON_ATTACKS = yaml.safe_load((FIXTURES / "python_attacks.yaml").read_text())
 SECRET = "ehrgym-redteam-secret-7f3a9c"
-WRITTEN = [Path("/tmp/ehrgym-redteam.csv"), Path("/tmp/ehrgym-redteam.parquet"), Path("/tmp/ehrgym-redteam-export"),
-           Path("/tmp/ehrgym-redteam-py.txt")]
+WRITTEN = [
+    Path("/tmp/ehrgym-redteam.csv"),
+    Path("/tmp/ehrgym-redteam.parquet"),
+    Path("/tmp/ehrgym-redteam-export"),
+    Path("/tmp/ehrgym-redteam-py.txt"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +32,12 @@ def target(demo_small_release_dir: Path, demo_db: Path):
     os.environ["EHRGYM_REDTEAM_SECRET"] = SECRET  # the parent's secret: must never reach the sandbox
     root = demo_small_release_dir
     release = Release.open(root, demo_db)
-    task_id, table, key = next((tid, name, tp.hide[0]) for tid, patch in sorted(release._patches.items())
-                               for name, tp in sorted(patch.tables.items()) if tp.hide)
+    task_id, table, key = next(
+        (tid, name, tp.hide[0])
+        for tid, patch in sorted(release._patches.items())
+        for name, tp in sorted(patch.tables.items())
+        if tp.hide
+    )
     where = " AND ".join(f"{c} = {v!r}" if isinstance(v, str) else f"{c} = {v}" for c, v in key.items())
     raw = release.source_cursor()
     clean = raw.execute(f"SELECT * FROM main.{table} WHERE {where}").fetchall()
@@ -40,10 +48,25 @@ def target(demo_small_release_dir: Path, demo_db: Path):
     episode = release.episode(task_id, max_turns=10_000)
     episode.sandbox_limits = SandboxLimits(cpu_seconds=3, wall_seconds=6.0, memory_bytes=1 << 30)
     before = episode.call("sql", {"query": f"SELECT count(*) FROM {table} WHERE {where}"}).rows
-    values = {"{release_dir}": str(root), "{db}": str(demo_db), "{catalog}": catalog, "{table}": table,
-              "{hidden_where}": where, "{node_padding}": "+1" * 31_000}
-    yield {"episode": episode, "values": values, "clean_rows": clean_rows, "before": before,
-           "label": release.label(task_id), "table": table, "where": where, "release": release, "task_id": task_id}
+    values = {
+        "{release_dir}": str(root),
+        "{db}": str(demo_db),
+        "{catalog}": catalog,
+        "{table}": table,
+        "{hidden_where}": where,
+        "{node_padding}": "+1" * 31_000,
+    }
+    yield {
+        "episode": episode,
+        "values": values,
+        "clean_rows": clean_rows,
+        "before": before,
+        "label": release.label(task_id),
+        "table": table,
+        "where": where,
+        "release": release,
+        "task_id": task_id,
+    }
     episode.close()
     release.close()
 
@@ -56,8 +79,17 @@ def _fill(text: str, values: dict[str, str]) -> str:
 
 def _forbidden(target) -> list[str]:
     label = target["label"]
-    return [target["values"]["{release_dir}"], target["values"]["{db}"], "__hide_", "__add_", "CREATE VIEW",
-            "root:x:0:0", SECRET, label.pair_id, label.reference_sql]
+    return [
+        target["values"]["{release_dir}"],
+        target["values"]["{db}"],
+        "__hide_",
+        "__add_",
+        "CREATE VIEW",
+        "root:x:0:0",
+        SECRET,
+        label.pair_id,
+        label.reference_sql,
+    ]
 
 
 def _assert_safe(target, attack: dict, sent: str, result) -> None:
@@ -86,20 +118,30 @@ def test_sql_attack_fails_safely(target, attack: dict):
 
 
 # Bad queries whose error text named the overlay ("temp".main.t, "Values list") in a noisy episode only.
-ERROR_PROBES = ["SELECT * FROM {table}, {table}", "SELECT {table}.nosuch FROM {table}",
-                "SELECT t.nosuch FROM {table} t", "SELECT nosuch FROM {table}", "SELECT * FROM {table} a, {table} a",
-                "SELECT {table}.* FROM {table} a", "SELECT * FROM {table} JOIN {table} x USING (nosuch)",
-                "SELECT * FROM {table} ORDER BY 999", "SELECT {table} + 1 FROM {table}", "SELECT sum(*) FROM {table}",
-                "SELECT * FROM {table} JOIN {table} x USING (rowid)", "SELECT * FROM {table} TABLESAMPLE 1 ROWS",
-                "SELECT * FROM {table} AS x(" + ", ".join(f"c{i}" for i in range(60)) + ")"]
+ERROR_PROBES = [
+    "SELECT * FROM {table}, {table}",
+    "SELECT {table}.nosuch FROM {table}",
+    "SELECT t.nosuch FROM {table} t",
+    "SELECT nosuch FROM {table}",
+    "SELECT * FROM {table} a, {table} a",
+    "SELECT {table}.* FROM {table} a",
+    "SELECT * FROM {table} JOIN {table} x USING (nosuch)",
+    "SELECT * FROM {table} ORDER BY 999",
+    "SELECT {table} + 1 FROM {table}",
+    "SELECT sum(*) FROM {table}",
+    "SELECT * FROM {table} JOIN {table} x USING (rowid)",
+    "SELECT * FROM {table} TABLESAMPLE 1 ROWS",
+    "SELECT * FROM {table} AS x(" + ", ".join(f"c{i}" for i in range(60)) + ")",
+]
 
 
 def test_error_text_is_the_same_in_the_clean_and_the_noisy_episode_of_a_pair(target):
     """An agent must not tell a patched table by how an error names it."""
     release, noisy = target["release"], target["task_id"]
     pair_id = release.label(noisy).pair_id
-    clean = next(t.task_id for t in release.tasks()
-                 if t.task_id != noisy and release.label(t.task_id).pair_id == pair_id)
+    clean = next(
+        t.task_id for t in release.tasks() if t.task_id != noisy and release.label(t.task_id).pair_id == pair_id
+    )
     probes = [_fill(probe, {"{table}": target["table"]}) for probe in ERROR_PROBES]
     with release.episode(clean, max_turns=100) as clean_episode:
         clean_texts = [clean_episode.call("sql", {"query": probe}).content for probe in probes]
@@ -128,11 +170,21 @@ def test_landlock_alone_keeps_the_release_and_the_db_out(target):
     """Without the audit hook, the kernel alone refuses the release, the DB and any program, by any route."""
     values = target["values"]
     paths = [f"{values['{release_dir}']}/labels.jsonl", values["{db}"], values["{release_dir}"], "/etc/hostname"]
-    code = "\n".join(["import os, subprocess", *[
-        f"try:\n    {action}\n    print('allowed')\nexcept OSError as err:\n    print('denied', err.errno)"
-        for action in [*(f"open({p!r}, 'rb').read(10)" for p in paths[:2] + paths[3:]), f"os.listdir({paths[2]!r})",
-                       "subprocess.run(['/bin/true'])", "os.execv('/bin/true', ['true'])",
-                       "os.posix_spawn('/bin/true', ['true'], {})"]]])
+    code = "\n".join(
+        [
+            "import os, subprocess",
+            *[
+                f"try:\n    {action}\n    print('allowed')\nexcept OSError as err:\n    print('denied', err.errno)"
+                for action in [
+                    *(f"open({p!r}, 'rb').read(10)" for p in paths[:2] + paths[3:]),
+                    f"os.listdir({paths[2]!r})",
+                    "subprocess.run(['/bin/true'])",
+                    "os.execv('/bin/true', ['true'])",
+                    "os.posix_spawn('/bin/true', ['true'], {})",
+                ]
+            ],
+        ]
+    )
     ok, output = run_code(code, lambda sql: target["episode"].query(sql, "python"), audit_hook=False)
     assert ok and output.splitlines() == ["denied 13"] * 7, output
 

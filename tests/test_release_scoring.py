@@ -15,12 +15,12 @@ import typer
 from typer.testing import CliRunner
 
 from pipeline.build import BuildConfig
-from pipeline.stages import run_build
 from pipeline.env import verifier
 from pipeline.env.records import Trajectory
 from pipeline.env.release import Release, ReleaseError
 from pipeline.evaluate.cli import eval_command
 from pipeline.release.records import LabelRecord
+from pipeline.stages import run_build
 from pipeline.templates.registry import CHECKOUT_TEMPLATES, ROOT_ENV
 from pipeline.train.reward import release_reward
 
@@ -35,8 +35,10 @@ class PassedGate:
         return {"success": True}
 
 
-@pytest.fixture(scope="module", params=[pytest.param(name, marks=[pytest.mark.realdata] if name == "demo" else [])
-                                        for name in sorted(SOURCES)])
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param(name, marks=[pytest.mark.realdata] if name == "demo" else []) for name in sorted(SOURCES)],
+)
 def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(release folder, source database): a small release on a 200-patient synthetic DB; on the demo when present."""
     if request.param == "demo":
@@ -46,16 +48,22 @@ def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
         db = tmp_path_factory.mktemp("source") / "s200.duckdb"
         generate_synthetic(db, 200, seed=0)
-    config = BuildConfig(db=db, releases_dir=tmp_path_factory.mktemp("releases"), version="v1", per_template=1,
-                         seed=0, subtypes=SUBTYPES, intents=SOURCES[request.param])
+    config = BuildConfig(
+        db=db,
+        releases_dir=tmp_path_factory.mktemp("releases"),
+        version="v1",
+        per_template=1,
+        seed=0,
+        subtypes=SUBTYPES,
+        intents=SOURCES[request.param],
+    )
     return run_build(config, gate=lambda *_: PassedGate()), db
 
 
 def _eval(out: Path, *args) -> typer.testing.Result:
     app = typer.Typer()
     app.command()(eval_command)
-    return CliRunner().invoke(app, ["--agent", "oracle,literal", "--workers", "1", "--out", str(out),
-                                    *map(str, args)])
+    return CliRunner().invoke(app, ["--agent", "oracle,literal", "--workers", "1", "--out", str(out), *map(str, args)])
 
 
 def _labels(release: Path) -> list[LabelRecord]:
@@ -95,9 +103,9 @@ def test_release_carries_its_templates_rules_and_unit_tables_hashed(built):
     assert Path(manifest["source"]["path"]).is_absolute()
 
 
-def test_an_old_release_is_scored_unchanged_after_every_template_is_bumped(built, tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch,
-                                                                           registry_restored):
+def test_an_old_release_is_scored_unchanged_after_every_template_is_bumped(
+    built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registry_restored
+):
     release, _ = built
     before = _eval(tmp_path / "before", "--release", release)  # no --db: the recorded source
     assert before.exit_code == 0, before.output
@@ -111,9 +119,14 @@ def test_an_old_release_is_scored_unchanged_after_every_template_is_bumped(built
     for agent in ("oracle", "literal"):
         verdicts = (tmp_path / "before" / "verdicts" / f"{agent}.jsonl").read_text()
         assert verdicts and (tmp_path / "after" / "verdicts" / f"{agent}.jsonl").read_text() == verdicts, agent
-    trajectories = [Trajectory.model_validate_json(line)
-                    for line in (tmp_path / "before" / "trajectories" / "oracle.jsonl").read_text().splitlines()]
-    passed = [json.loads(line)["passed"] for line in (tmp_path / "before" / "verdicts" / "oracle.jsonl").read_text().splitlines()]
+    trajectories = [
+        Trajectory.model_validate_json(line)
+        for line in (tmp_path / "before" / "trajectories" / "oracle.jsonl").read_text().splitlines()
+    ]
+    passed = [
+        json.loads(line)["passed"]
+        for line in (tmp_path / "before" / "verdicts" / "oracle.jsonl").read_text().splitlines()
+    ]
     with Release.open(release) as opened:
         assert opened.template(label).spec.version == label.template_version
         assert opened.template(label).path.is_relative_to(release / "scoring")
@@ -148,8 +161,9 @@ def test_a_fingerprint_mismatch_is_refused_with_or_without_db(built, tmp_path: P
     altered = tmp_path / "altered.duckdb"
     shutil.copy(db, altered)
     with duckdb.connect(str(altered)) as con:  # same row counts, one value changed
-        con.execute("UPDATE patients SET anchor_age = anchor_age + 1 "
-                    "WHERE subject_id = (SELECT min(subject_id) FROM patients)")
+        con.execute(
+            "UPDATE patients SET anchor_age = anchor_age + 1 WHERE subject_id = (SELECT min(subject_id) FROM patients)"
+        )
     given = _eval(tmp_path / "o", "--release", release, "--db", altered)
     assert given.exit_code == 2 and "source fingerprint" in given.output and "not the database" in given.output
     recorded = _eval(tmp_path / "o", "--release", _republished(release, tmp_path, path=str(altered)))
@@ -175,9 +189,9 @@ def test_serve_without_db_opens_the_recorded_source(built, monkeypatch: pytest.M
     assert refused.exit_code == 2 and "pass --db PATH" in " ".join((refused.output + (refused.stderr or "")).split())
 
 
-def test_a_release_published_before_scoring_falls_back_to_the_registry(built, tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch,
-                                                                         registry_restored):
+def test_a_release_published_before_scoring_falls_back_to_the_registry(
+    built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registry_restored
+):
     release, db = built
     old = tmp_path / "old"
     shutil.copytree(release, old)
@@ -189,8 +203,11 @@ def test_a_release_published_before_scoring_falls_back_to_the_registry(built, tm
     _bumped_registry(tmp_path, monkeypatch)
     with Release.open(old, db) as opened:
         assert any("published before scoring/" in note for note in opened.scoring_drift())
-        with pytest.raises(ValueError, match=f"uses template '{label.template_id}' v{label.template_version}, "
-                                             f"the registry has v{label.template_version + 100}"):
+        with pytest.raises(
+            ValueError,
+            match=f"uses template '{label.template_id}' v{label.template_version}, "
+            f"the registry has v{label.template_version + 100}",
+        ):
             opened.template(label)
     with pytest.raises(ReleaseError, match="carries no template"):
         with Release.open(release, db) as opened:

@@ -4,20 +4,29 @@ Landlock as the confinement (checked alone, without the audit hook) and the refu
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
-from pathlib import Path
-
-from pipeline.env.gateway import QueryOutcome
 from pipeline.env import sandbox
+from pipeline.env.gateway import QueryOutcome
+from pipeline.env.sandbox import (
+    SandboxLimits,
+    _command,
+    _ending,
+    landlock_available,
+    namespaces_available,
+    run_code,
+    scratch_mount_available,
+)
 from pipeline.env.scratch import remove_tree, usage
-from pipeline.env.sandbox import (SandboxLimits, _command, _ending, landlock_available, namespaces_available, run_code,
-                                  scratch_mount_available)
 
 FAST = SandboxLimits(cpu_seconds=2, wall_seconds=5.0, memory_bytes=1 << 30, output_chars=2_000)
-needs_landlock = pytest.mark.skipif(not landlock_available(), reason="this kernel offers no Landlock, so the Python "
-                                    "tool refuses to run code (test_without_landlock_the_tool_refuses still runs)")
+needs_landlock = pytest.mark.skipif(
+    not landlock_available(),
+    reason="this kernel offers no Landlock, so the Python "
+    "tool refuses to run code (test_without_landlock_the_tool_refuses still runs)",
+)
 LANDLOCK_PROBE = """
 import os, subprocess, socket, sys
 def attempt(name, action):
@@ -77,7 +86,7 @@ def test_wall_clock_and_cpu_limits_stop_the_child():
 
 @needs_landlock
 def test_a_child_that_stalls_mid_message_is_stopped_at_the_wall_clock():
-    code = "import sys, time\nsys.__stdout__.write('{\"sql\": \"SELECT 1')\nsys.__stdout__.flush()\ntime.sleep(60)"
+    code = 'import sys, time\nsys.__stdout__.write(\'{"sql": "SELECT 1\')\nsys.__stdout__.flush()\ntime.sleep(60)'
     ok, output = run_code(code, _gateway([]), SandboxLimits(wall_seconds=2.0))
     assert not ok and "wall-clock limit of 2 s" in output
 
@@ -91,8 +100,9 @@ def test_memory_limit_refuses_a_huge_allocation():
 @needs_landlock
 def test_environment_is_cleared_and_scratch_is_removed_afterwards():
     os.environ["EHRGYM_SANDBOX_TEST_SECRET"] = "s3cret"
-    ok, output = run_code("import os\nprint(os.getcwd())\nprint(sorted(os.environ))\nopen('f.txt', 'w').write('x')",
-                          _gateway([]), FAST)
+    ok, output = run_code(
+        "import os\nprint(os.getcwd())\nprint(sorted(os.environ))\nopen('f.txt', 'w').write('x')", _gateway([]), FAST
+    )
     scratch = output.splitlines()[0]
     assert ok and "s3cret" not in output and "EHRGYM_SANDBOX_TEST_SECRET" not in output and "HOME" not in output
     assert scratch.startswith("/tmp/ehrgym-py-") or "ehrgym-py-" in scratch
@@ -100,13 +110,16 @@ def test_environment_is_cleared_and_scratch_is_removed_afterwards():
 
 
 @needs_landlock
-@pytest.mark.parametrize("code", [
-    "open('/etc/hostname').read()",
-    "import os\nos.listdir('/')",
-    "import socket\nsocket.socket().connect(('127.0.0.1', 9))",
-    "import subprocess\nsubprocess.run(['true'])",
-    "import os\nos.fork()",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "open('/etc/hostname').read()",
+        "import os\nos.listdir('/')",
+        "import socket\nsocket.socket().connect(('127.0.0.1', 9))",
+        "import subprocess\nsubprocess.run(['true'])",
+        "import os\nos.fork()",
+    ],
+)
 def test_files_network_and_processes_are_refused(code: str):
     ok, output = run_code(code, _gateway([]), FAST)
     assert not ok and "PermissionError: sandbox:" in output
@@ -129,19 +142,23 @@ def test_namespaces_are_used_when_this_machine_allows_them():
 def test_landlock_alone_confines_files_programs_and_network(tmp_path):
     secret = tmp_path / "labels.jsonl"
     secret.write_text("hidden label")
-    routes = [f"attempt('read_{name}', lambda: open({path!r}).read())" for name, path in
-              [("hostname", "/etc/hostname"), ("secret", str(secret)), ("root", "/")]]
-    routes += ["attempt('write_outside', lambda: open(os.path.dirname(os.getcwd()) + '/ehrgym-ll.txt', 'w'))",
-               "attempt('list_root', lambda: os.listdir('/'))",
-               "attempt('subprocess', lambda: subprocess.run(['/bin/true']))",
-               "attempt('execv', lambda: os.execv('/bin/true', ['true']))",
-               "attempt('posix_spawn', lambda: os.posix_spawn('/bin/true', ['true'], {}))",
-               "attempt('python', lambda: subprocess.run([sys.executable, '-c', 'pass']))",
-               "attempt('tcp', lambda: socket.create_connection(('127.0.0.1', 9), timeout=2))",
-               "print('system', os.system('/bin/true'))",
-               "attempt('polars_read', lambda: pl.read_csv('/etc/hostname', has_header=False))",
-               "open('mine.txt', 'w').write('scratch is writable')",
-               "print(open('mine.txt').read(), len(open(os.__file__).read()) > 0)"]
+    routes = [
+        f"attempt('read_{name}', lambda: open({path!r}).read())"
+        for name, path in [("hostname", "/etc/hostname"), ("secret", str(secret)), ("root", "/")]
+    ]
+    routes += [
+        "attempt('write_outside', lambda: open(os.path.dirname(os.getcwd()) + '/ehrgym-ll.txt', 'w'))",
+        "attempt('list_root', lambda: os.listdir('/'))",
+        "attempt('subprocess', lambda: subprocess.run(['/bin/true']))",
+        "attempt('execv', lambda: os.execv('/bin/true', ['true']))",
+        "attempt('posix_spawn', lambda: os.posix_spawn('/bin/true', ['true'], {}))",
+        "attempt('python', lambda: subprocess.run([sys.executable, '-c', 'pass']))",
+        "attempt('tcp', lambda: socket.create_connection(('127.0.0.1', 9), timeout=2))",
+        "print('system', os.system('/bin/true'))",
+        "attempt('polars_read', lambda: pl.read_csv('/etc/hostname', has_header=False))",
+        "open('mine.txt', 'w').write('scratch is writable')",
+        "print(open('mine.txt').read(), len(open(os.__file__).read()) > 0)",
+    ]
     ok, output = run_code(LANDLOCK_PROBE + "\n".join(routes), _gateway([]), FAST, audit_hook=False)
     lines = output.splitlines()
     assert ok and lines[-1] == "scratch is writable True", output
@@ -166,7 +183,9 @@ def test_without_landlock_the_tool_refuses(monkeypatch, tmp_path):
 
 def test_the_parent_cuts_or_rejects_the_end_message_whatever_the_child_sends():
     assert _ending({"done": True, "ok": True, "output": "x" * 10, "cut": True}, 10) == (
-        True, "x" * 10 + "\n[output cut at 10 characters]")
+        True,
+        "x" * 10 + "\n[output cut at 10 characters]",
+    )
     assert _ending({"done": True, "ok": True, "output": "x" * 11}, 10) is None  # longer than the child can send
     assert _ending({"done": True, "ok": True, "output": ["not", "text"]}, 10) is None
 
@@ -203,9 +222,11 @@ def test_no_process_of_the_call_survives_it(isolation):
     alone (no audit hook) so the fork itself is allowed, as native code loaded past the hook would be."""
     token = f"ehrorph{os.getpid() % 100_000:05d}"
     grandchild = f"libc.prctl(15, b'{token}')\n        open('alive', 'w').close()\n        time.sleep(60)"
-    code = (f"import os, time, ctypes\nlibc = ctypes.CDLL(None)\nif os.fork() == 0:\n    os.setsid()\n"
-            f"    libc.prctl(1, 0)\n    if os.fork() == 0:\n        {grandchild}\n    os._exit(0)\n"
-            "while not os.path.exists('alive'):\n    time.sleep(0.01)\nprint('detached')")  # alive when the call ends
+    code = (
+        f"import os, time, ctypes\nlibc = ctypes.CDLL(None)\nif os.fork() == 0:\n    os.setsid()\n"
+        f"    libc.prctl(1, 0)\n    if os.fork() == 0:\n        {grandchild}\n    os._exit(0)\n"
+        "while not os.path.exists('alive'):\n    time.sleep(0.01)\nprint('detached')"
+    )  # alive when the call ends
     try:
         ok, output = run_code(code, _gateway([]), FAST, audit_hook=False)
         assert ok and output.strip() == "detached", output
@@ -217,20 +238,34 @@ def test_no_process_of_the_call_survives_it(isolation):
 
 # --- no native code from writable paths ----------------------------------------------------------------------------
 
-COPY_EXTENSION = ("import os, sys, importlib.machinery as mach, importlib.util as u\n"
-                  "src = [p for p in sys.path if p.endswith('lib-dynload')][0]\n"
-                  "src += '/_json' + mach.EXTENSION_SUFFIXES[0]\n"
-                  "data = open(src, 'rb').read()\nopen('{name}', 'wb').write(data)\n")
+COPY_EXTENSION = (
+    "import os, sys, importlib.machinery as mach, importlib.util as u\n"
+    "src = [p for p in sys.path if p.endswith('lib-dynload')][0]\n"
+    "src += '/_json' + mach.EXTENSION_SUFFIXES[0]\n"
+    "data = open(src, 'rb').read()\nopen('{name}', 'wb').write(data)\n"
+)
 NATIVE_LOADS = {
-    "import_from_sys_path": ("_json.cpython-311-x86_64-linux-gnu.so", "sys.modules.pop('_json', None)\n"
-                             "sys.path.insert(0, os.getcwd())\nimport _json\nprint('loaded', _json.__file__)"),
-    "spec_from_file_location": ("evil.so", "spec = u.spec_from_file_location('_json', os.path.abspath('evil.so'))\n"
-                                "print('loaded', u.module_from_spec(spec))"),
-    "extension_loader_by_name": ("evil.bin", "loader = mach.ExtensionFileLoader('_json', os.path.abspath('evil.bin'))\n"
-                                 "print('loaded', u.module_from_spec(u.spec_from_loader('_json', loader)))"),
-    "polars_plugin": ("libevil.so", "from polars.plugins import register_plugin_function as plug\n"
-                      "e = plug(plugin_path=os.path.abspath('libevil.so'), function_name='f', args=pl.col('a'))\n"
-                      "print('loaded', pl.DataFrame({'a': [1]}).select(e))"),
+    "import_from_sys_path": (
+        "_json.cpython-311-x86_64-linux-gnu.so",
+        "sys.modules.pop('_json', None)\n"
+        "sys.path.insert(0, os.getcwd())\nimport _json\nprint('loaded', _json.__file__)",
+    ),
+    "spec_from_file_location": (
+        "evil.so",
+        "spec = u.spec_from_file_location('_json', os.path.abspath('evil.so'))\n"
+        "print('loaded', u.module_from_spec(spec))",
+    ),
+    "extension_loader_by_name": (
+        "evil.bin",
+        "loader = mach.ExtensionFileLoader('_json', os.path.abspath('evil.bin'))\n"
+        "print('loaded', u.module_from_spec(u.spec_from_loader('_json', loader)))",
+    ),
+    "polars_plugin": (
+        "libevil.so",
+        "from polars.plugins import register_plugin_function as plug\n"
+        "e = plug(plugin_path=os.path.abspath('libevil.so'), function_name='f', args=pl.col('a'))\n"
+        "print('loaded', pl.DataFrame({'a': [1]}).select(e))",
+    ),
 }
 
 
@@ -257,15 +292,18 @@ def test_the_noexec_scratch_alone_refuses_native_code(route: str):
 
 @needs_landlock
 def test_native_code_from_a_memory_file_is_refused_by_the_hook():
-    code = (COPY_EXTENSION.replace("open('{name}', 'wb').write(data)\n", "") +
-            "fd = os.memfd_create('x')\nos.write(fd, data)\npath = '/proc/self/fd/%d' % fd\n"
-            "spec = u.spec_from_loader('_json', mach.ExtensionFileLoader('_json', path))\n"
-            "print('loaded', u.module_from_spec(spec))")
+    code = (
+        COPY_EXTENSION.replace("open('{name}', 'wb').write(data)\n", "")
+        + "fd = os.memfd_create('x')\nos.write(fd, data)\npath = '/proc/self/fd/%d' % fd\n"
+        "spec = u.spec_from_loader('_json', mach.ExtensionFileLoader('_json', path))\n"
+        "print('loaded', u.module_from_spec(spec))"
+    )
     ok, output = run_code(code, _gateway([]), FAST)
     assert not ok and "PermissionError: sandbox: no native code from '/proc/self/fd/" in output, output
 
 
 # --- scratch removal that cannot fail, and a total disk quota ------------------------------------------------------
+
 
 def _nest(root: Path, depth: int, name: str = "dd") -> None:
     """`depth` nested directories made through descriptors (the full path is far beyond PATH_MAX), each read-only."""
@@ -314,8 +352,10 @@ def test_scratch_usage_counts_bytes_and_entries_and_stops_past_the_cap(tmp_path)
 @needs_landlock
 def test_a_deeply_nested_scratch_is_removed_after_the_call(isolation):
     """The old cleanup (shutil.rmtree) raised RecursionError here and left the folder."""
-    code = ("import os\nprint(os.getcwd())\nfor _ in range(1_500):\n    os.mkdir('d', 0o700)\n    os.chdir('d')\n"
-            "open('leaf.txt', 'w').write('x')\nos.chmod('.', 0o500)\nprint('nested')")
+    code = (
+        "import os\nprint(os.getcwd())\nfor _ in range(1_500):\n    os.mkdir('d', 0o700)\n    os.chdir('d')\n"
+        "open('leaf.txt', 'w').write('x')\nos.chmod('.', 0o500)\nprint('nested')"
+    )
     ok, output = run_code(code, _gateway([]), FAST, audit_hook=False)
     assert ok and output.splitlines()[1] == "nested", output
     assert not os.path.exists(output.splitlines()[0])
@@ -326,10 +366,18 @@ def test_a_deeply_nested_scratch_is_removed_after_the_call(isolation):
 def test_scratch_has_a_total_quota(isolation, what: str):
     """Files each under the per-file cap, or many empty ones, still hit a total quota per call: the kernel's (tmpfs)
     with namespaces, the parent's watchdog without."""
-    limits = SandboxLimits(cpu_seconds=3, wall_seconds=5.0, memory_bytes=1 << 30, file_bytes=4 << 20,
-                           scratch_bytes=8 << 20, scratch_entries=200)
-    write = {"bytes": "for i in range(6):\n    open(f'f{i}', 'wb').write(b'0' * (3 << 20))",
-             "entries": "for i in range(400):\n    open(f'f{i}', 'w').close()"}[what]
+    limits = SandboxLimits(
+        cpu_seconds=3,
+        wall_seconds=5.0,
+        memory_bytes=1 << 30,
+        file_bytes=4 << 20,
+        scratch_bytes=8 << 20,
+        scratch_entries=200,
+    )
+    write = {
+        "bytes": "for i in range(6):\n    open(f'f{i}', 'wb').write(b'0' * (3 << 20))",
+        "entries": "for i in range(400):\n    open(f'f{i}', 'w').close()",
+    }[what]
     ok, output = run_code(f"import time\n{write}\nprint('all written')\ntime.sleep(3)", _gateway([]), limits)
     assert not ok and "all written" not in output, output
     assert "No space left on device" in output or "passed the disk quota (8 MB, 200 files" in output, output

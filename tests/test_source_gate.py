@@ -61,7 +61,10 @@ def test_demo_known_exceptions_match_their_recorded_counts(demo_report):
     }
     for _, outcome in known:
         observed = outcome.exception["observed"]
-        assert (outcome.unexpected_count, outcome.element_count) == (observed["unexpected_count"], observed["element_count"])
+        assert (outcome.unexpected_count, outcome.element_count) == (
+            observed["unexpected_count"],
+            observed["element_count"],
+        )
         assert len(outcome.sample) > 0 and all(isinstance(v, str) for v in outcome.sample)
 
 
@@ -73,8 +76,12 @@ def broken_report(demo_db: Path, tmp_path_factory: pytest.TempPathFactory):
     con = duckdb.connect(str(db))
     con.execute("INSERT INTO patients SELECT * FROM patients WHERE subject_id = 10000032")  # duplicate PK
     con.execute("UPDATE patients SET gender = 'X' WHERE subject_id = 10003400")  # value set
-    con.execute("UPDATE labevents SET hadm_id = 1 WHERE labevent_id IN (SELECT labevent_id FROM labevents ORDER BY labevent_id LIMIT 3)")
-    con.execute("UPDATE admissions SET dischtime = admittime - INTERVAL 1 DAY WHERE hadm_id = (SELECT min(hadm_id) FROM admissions)")
+    con.execute(
+        "UPDATE labevents SET hadm_id = 1 WHERE labevent_id IN (SELECT labevent_id FROM labevents ORDER BY labevent_id LIMIT 3)"
+    )
+    con.execute(
+        "UPDATE admissions SET dischtime = admittime - INTERVAL 1 DAY WHERE hadm_id = (SELECT min(hadm_id) FROM admissions)"
+    )
     con.execute("UPDATE chartevents SET itemid = 999999999 WHERE rowid < 5")  # unknown item
     con.close()
     return validate_source(db)
@@ -117,7 +124,8 @@ def test_cli_validate_source_exits_1_when_a_suite_fails(demo_db: Path, tmp_path:
     for expectation in strict["expectations"]:
         expectation["meta"].pop("known_exception", None)  # the rule without its recorded exception
     (suites / "emar.json").write_text(json.dumps(strict))
-    result = CliRunner().invoke(app, ["validate-source", "--db", str(demo_db), "--suites", str(suites),
-                                      "--out", str(tmp_path / "gate.json")])
+    result = CliRunner().invoke(
+        app, ["validate-source", "--db", str(demo_db), "--suites", str(suites), "--out", str(tmp_path / "gate.json")]
+    )
     assert result.exit_code == 1
     assert "FAIL" in result.output and "source gate: FAILED" in result.output

@@ -8,18 +8,20 @@ import sys
 from pathlib import Path
 
 import pytest
+from small_db import small_db
 
 from pipeline.env.gateway import MAX_RESULT_CHARS, Gateway, Limits, open_locked
 from pipeline.env.sqlcheck import MAX_QUERY_NODES, SqlRefused, admit, allowed_functions
 from pipeline.env.sqlfunctions import ALLOWED_FUNCTIONS, BOUNDED, REFUSED
 from pipeline.noise.overlay import overlay
 from pipeline.noise.patch import Patch, TablePatch
-from small_db import small_db
 
 TABLES = ["patients", "labevents", "big"]
 # The issue's crash query on the fixture: 150,000 nested arrays (100,000 overflow json_contains' stack; 70,000 not).
-CRASH = ("SELECT json_contains(j, j) FROM (SELECT string_agg('[', '') || string_agg(']', '') AS j "
-         "FROM big a, big b WHERE b.x < 50)")
+CRASH = (
+    "SELECT json_contains(j, j) FROM (SELECT string_agg('[', '') || string_agg(']', '') AS j "
+    "FROM big a, big b WHERE b.x < 50)"
+)
 LONG_TEXT = "(SELECT string_agg(x::VARCHAR, '') AS a, 'b' AS b FROM big)"  # ~10,000 characters
 PATCH = Patch(tables={"patients": TablePatch(key_columns=["subject_id"], hide=[{"subject_id": 2}])})
 
@@ -42,22 +44,26 @@ def gateways(con):
     functions, limits = allowed_functions(con), Limits(seconds=2.0, row_cap=500)
     noisy_cursor = con.cursor()
     with overlay(noisy_cursor, PATCH):
-        yield {"clean": Gateway(con.cursor(), TABLES, functions, limits),
-               "noisy": Gateway(noisy_cursor, TABLES, functions, limits)}
+        yield {
+            "clean": Gateway(con.cursor(), TABLES, functions, limits),
+            "noisy": Gateway(noisy_cursor, TABLES, functions, limits),
+        }
 
 
 def test_the_crash_query_kills_raw_duckdb_and_is_refused_by_the_gateway(db: Path):
     """Run in child processes: the raw query dies by SIGSEGV; through the gateway it is an error and the process
     answers the next query."""
-    raw = (f"import duckdb; con = duckdb.connect({str(db)!r}, read_only=True); "
-           f"print(con.execute({CRASH!r}).fetchall())")
-    gated = ("from pipeline.env.gateway import Gateway, Limits, open_locked; from pipeline.env.sqlcheck import "
-             f"allowed_functions; con = open_locked({str(db)!r}, Limits()); "
-             f"g = Gateway(con.cursor(), {TABLES!r}, allowed_functions(con), Limits()); "
-             f"print(g.run({CRASH!r}).error); print(g.run('SELECT count(*) FROM patients').rows)")
+    raw = f"import duckdb; con = duckdb.connect({str(db)!r}, read_only=True); print(con.execute({CRASH!r}).fetchall())"
+    gated = (
+        "from pipeline.env.gateway import Gateway, Limits, open_locked; from pipeline.env.sqlcheck import "
+        f"allowed_functions; con = open_locked({str(db)!r}, Limits()); "
+        f"g = Gateway(con.cursor(), {TABLES!r}, allowed_functions(con), Limits()); "
+        f"print(g.run({CRASH!r}).error); print(g.run('SELECT count(*) FROM patients').rows)"
+    )
     crashed = subprocess.run([sys.executable, "-c", raw], capture_output=True, text=True, timeout=60)
-    survived = subprocess.run([sys.executable, "-c", gated], capture_output=True, text=True, timeout=60,
-                              cwd=Path(__file__).parents[1])
+    survived = subprocess.run(
+        [sys.executable, "-c", gated], capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[1]
+    )
     assert crashed.returncode == -11, (crashed.returncode, crashed.stderr[-300:])
     assert survived.returncode == 0, survived.stderr[-500:]
     assert survived.stdout.splitlines() == ["function json_contains() is not available", "[[3]]"]
@@ -71,13 +77,16 @@ def test_the_refused_and_bounded_functions_are_reviewed_data(con):
     assert set(REFUSED) | set(BOUNDED) <= have, sorted((set(REFUSED) | set(BOUNDED)) - have)
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT json_extract(j, '$..*') FROM (SELECT '[[1]]' AS j)",
-    "SELECT j -> '$..*' FROM (SELECT '[[1]]' AS j)",
-    "SELECT j ->> '$..*' FROM (SELECT '[[1]]' AS j)",
-    "SELECT json_pretty(j) FROM (SELECT '[[1]]' AS j)",
-    "SELECT ('[1]').json_contains('[1]')",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT json_extract(j, '$..*') FROM (SELECT '[[1]]' AS j)",
+        "SELECT j -> '$..*' FROM (SELECT '[[1]]' AS j)",
+        "SELECT j ->> '$..*' FROM (SELECT '[[1]]' AS j)",
+        "SELECT json_pretty(j) FROM (SELECT '[[1]]' AS j)",
+        "SELECT ('[1]').json_contains('[1]')",
+    ],
+)
 def test_json_functions_that_walk_caller_built_documents_are_refused(con, sql: str):
     with pytest.raises(SqlRefused, match=r"function json_\w+\(\) is not available"):
         admit(sql, TABLES, allowed_functions(con))
@@ -94,24 +103,30 @@ def test_bounded_functions_refuse_long_text_and_answer_short_text(gateways, con,
     assert short.ok and short.rows == [list(expected)]
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT count(*) FROM patients JOIN patients p USING (rowid)",
-    "SELECT count(*) FROM patients ASOF JOIN patients p USING (\"rowid\")",
-    "SELECT * FROM patients PIVOT (count(*) FOR rowid IN (1))",
-    "SELECT * EXCLUDE (rowid) FROM patients",
-    "SELECT x.rowid FROM patients x",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT count(*) FROM patients JOIN patients p USING (rowid)",
+        'SELECT count(*) FROM patients ASOF JOIN patients p USING ("rowid")',
+        "SELECT * FROM patients PIVOT (count(*) FOR rowid IN (1))",
+        "SELECT * EXCLUDE (rowid) FROM patients",
+        "SELECT x.rowid FROM patients x",
+    ],
+)
 def test_rowid_is_refused_in_every_position(gateways, sql: str):
     outcomes = [gateways[c].run(sql) for c in ("clean", "noisy")]
     assert [o.error for o in outcomes] == ["the rowid pseudo-column is not available"] * 2
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT * FROM patients AS x(a, b, c, d, e, f, g)",
-    "SELECT count(*) FROM labevents l JOIN patients AS x(a, b, c, d, e, f, g) ON l.subject_id = x.a",
-    "SELECT * FROM patients TABLESAMPLE 1 ROWS",
-    "SELECT * FROM patients USING SAMPLE 1 ROWS (reservoir, 1)",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM patients AS x(a, b, c, d, e, f, g)",
+        "SELECT count(*) FROM labevents l JOIN patients AS x(a, b, c, d, e, f, g) ON l.subject_id = x.a",
+        "SELECT * FROM patients TABLESAMPLE 1 ROWS",
+        "SELECT * FROM patients USING SAMPLE 1 ROWS (reservoir, 1)",
+    ],
+)
 def test_alias_lists_and_samples_answer_the_same_for_a_table_and_its_overlay(gateways, sql: str):
     clean, noisy = (gateways[c].run(sql) for c in ("clean", "noisy"))
     assert not clean.ok and clean.error == noisy.error, (clean.error, noisy.error)

@@ -61,8 +61,9 @@ def test_primary_keys_unique_and_not_null_columns_filled(con, table):
         assert duplicates == 0
 
 
-@pytest.mark.parametrize("table,fk", [(t.name, fk) for t in SCHEMA.values() for fk in t.foreign_keys],
-                         ids=lambda v: getattr(v, "name", v))
+@pytest.mark.parametrize(
+    "table,fk", [(t.name, fk) for t in SCHEMA.values() for fk in t.foreign_keys], ids=lambda v: getattr(v, "name", v)
+)
 def test_foreign_keys_resolve(con, table, fk):
     join = " AND ".join(f"c.{a} = p.{b}" for a, b in zip(fk.columns, fk.ref_columns))
     present = " AND ".join(f"c.{a} IS NOT NULL" for a in fk.columns)
@@ -89,23 +90,37 @@ def test_clinical_invariants(con):
     }
     for name, sql in checks.items():
         assert scalar(con, sql) == 0, name
-    for table, column in [("labevents", "charttime"), ("microbiologyevents", "charttime"), ("emar", "charttime"),
-                          ("poe", "ordertime"), ("pharmacy", "starttime"), ("services", "transfertime")]:
+    for table, column in [
+        ("labevents", "charttime"),
+        ("microbiologyevents", "charttime"),
+        ("emar", "charttime"),
+        ("poe", "ordertime"),
+        ("pharmacy", "starttime"),
+        ("services", "transfertime"),
+    ]:
         outside = f"""SELECT count(*) FROM {table} e JOIN admissions a USING (hadm_id)
                       WHERE e.{column} < a.admittime OR e.{column} > a.dischtime"""
         assert scalar(con, outside) == 0, table
-    for table, column in [("chartevents", "charttime"), ("datetimeevents", "charttime"),
-                          ("outputevents", "charttime"),
-                          ("inputevents", "starttime"), ("inputevents", "endtime"), ("procedureevents", "endtime"),
-                          ("ingredientevents", "starttime")]:
+    for table, column in [
+        ("chartevents", "charttime"),
+        ("datetimeevents", "charttime"),
+        ("outputevents", "charttime"),
+        ("inputevents", "starttime"),
+        ("inputevents", "endtime"),
+        ("procedureevents", "endtime"),
+        ("ingredientevents", "starttime"),
+    ]:
         outside = f"""SELECT count(*) FROM {table} e JOIN icustays s USING (stay_id)
                       WHERE e.{column} < s.intime OR e.{column} > s.outtime OR e.hadm_id <> s.hadm_id"""
         assert scalar(con, outside) == 0, f"{table}.{column}"
 
 
 def test_heart_rate_is_charted_about_hourly(con):
-    per_hour = scalar(con, """SELECT (SELECT count(*) FROM chartevents WHERE itemid = 220045)
-                                     / (SELECT sum(los) * 24 FROM icustays)""")
+    per_hour = scalar(
+        con,
+        """SELECT (SELECT count(*) FROM chartevents WHERE itemid = 220045)
+                                     / (SELECT sum(los) * 24 FROM icustays)""",
+    )
     assert 0.7 < per_hour < 1.5
 
 
@@ -144,15 +159,17 @@ def test_failure_leaves_no_temporary_file(tmp_path):
 
 def test_progress_reports_patients_done(tmp_path):
     seen: list[tuple[str, int]] = []
-    generate_synthetic(tmp_path / "small.duckdb", 25, seed=3, progress=lambda s, n: seen.append((s, n)),
-                       chunk_patients=10)
+    generate_synthetic(
+        tmp_path / "small.duckdb", 25, seed=3, progress=lambda s, n: seen.append((s, n)), chunk_patients=10
+    )
     assert seen == [("dictionaries", 1), ("patients", 10), ("patients", 20), ("patients", 25)]
 
 
 def test_fidelity_against_demo(synthetic_1000, demo_dir: Path, tmp_path):
     report = fidelity_report(synthetic_1000, demo_dir)  # the fixture skips, naming the path, without the demo
-    failing = {k: v for section in ("rows_per_patient", "lab_medians") for k, v in report[section].items()
-               if not v["pass"]}
+    failing = {
+        k: v for section in ("rows_per_patient", "lab_medians") for k, v in report[section].items() if not v["pass"]
+    }
     assert failing == {}
     assert len(report["lab_medians"]) == 20
     write_fidelity_html(report, tmp_path / "fidelity.html")

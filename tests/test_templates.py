@@ -79,8 +79,10 @@ def test_instantiation_is_deterministic_and_seed_dependent(demo_db: Path):
 
 
 def test_slot_values_enter_sql_only_as_literals():
-    sql = render_sql("SELECT * FROM patients WHERE gender = {{ g }} AND subject_id = {{ s }}",
-                     {"g": "F' OR '1'='1'; DROP TABLE patients; --", "s": 5})
+    sql = render_sql(
+        "SELECT * FROM patients WHERE gender = {{ g }} AND subject_id = {{ s }}",
+        {"g": "F' OR '1'='1'; DROP TABLE patients; --", "s": 5},
+    )
     con = duckdb.connect()
     con.execute("CREATE TABLE patients (gender VARCHAR, subject_id INTEGER)")
     con.execute("INSERT INTO patients VALUES ('F', 5)")
@@ -121,8 +123,12 @@ def test_lint_reports_sql_that_does_not_parse(tmp_path: Path):
     folder = tmp_path / "laboratory"
     folder.mkdir()
     for source in (BROKEN / "laboratory").glob("good_lab.*"):
-        (folder / source.name.replace("good_lab", "unparsable")).write_text(source.read_text().replace("id: good_lab", "id: unparsable"))
-    (folder / "unparsable.sql.j2").write_text("SELECT value FROM WHERE {{ subject_id }} {{ hadm_id }} {{ lab_label }}\n")
+        (folder / source.name.replace("good_lab", "unparsable")).write_text(
+            source.read_text().replace("id: good_lab", "id: unparsable")
+        )
+    (folder / "unparsable.sql.j2").write_text(
+        "SELECT value FROM WHERE {{ subject_id }} {{ hadm_id }} {{ lab_label }}\n"
+    )
     problems = lint_file(folder / "unparsable.yaml").problems
     assert any(p.startswith("gold SQL: does not parse") for p in problems), problems
 
@@ -148,9 +154,13 @@ def test_disagreeing_programs_are_dropped_and_counted_by_reason(demo_db: Path, t
     folder = tmp_path / "laboratory"
     folder.mkdir()
     for source in (BROKEN / "laboratory").glob("good_lab.*"):
-        (folder / source.name.replace("good_lab", "off_by_one")).write_text(source.read_text().replace("id: good_lab", "id: off_by_one"))
+        (folder / source.name.replace("good_lab", "off_by_one")).write_text(
+            source.read_text().replace("id: good_lab", "id: off_by_one")
+        )
     python = folder / "off_by_one.py"
-    python.write_text(python.read_text().replace('pl.col("valuenum").alias("value")', '(pl.col("valuenum") + 1).alias("value")'))
+    python.write_text(
+        python.read_text().replace('pl.col("valuenum").alias("value")', '(pl.col("valuenum") + 1).alias("value")')
+    )
     con = duckdb.connect(str(demo_db), read_only=True)
     tasks, report = instantiate(con, load_templates(tmp_path), per_template=3, seed=1)
     assert tasks == [] and report.kept == {"off_by_one": 0}

@@ -16,7 +16,8 @@ import pytest
 import pipeline.env.episode as episode_module
 from pipeline.env.episode import Episode
 from pipeline.env.gateway import Gateway, Limits, open_locked
-from pipeline.env.timing import PROBE_TABLES as TABLES, SCAN_SQL, plan_shape, probe_patches, probe_task
+from pipeline.env.timing import PROBE_TABLES as TABLES
+from pipeline.env.timing import SCAN_SQL, plan_shape, probe_patches, probe_task
 from pipeline.noise.patch import Patch
 from pipeline.source.schema import load_schema
 
@@ -38,8 +39,12 @@ def _plans(db: Path, patches: list[tuple[str, Patch]]) -> list[tuple[str, dict[s
             plans = []
             for noisy in (False, True):
                 with Episode(probe_task(n), con.cursor(), patch if noisy else None, functions, Limits()) as ep:
-                    plans.append({t: plan_shape(ep.gateway.cursor, SCAN_SQL.format(first=schema[t].column_names[0],
-                                                                                     table=t)) for t in TABLES})
+                    plans.append(
+                        {
+                            t: plan_shape(ep.gateway.cursor, SCAN_SQL.format(first=schema[t].column_names[0], table=t))
+                            for t in TABLES
+                        }
+                    )
             out.append((table, *plans))
         return out
     finally:
@@ -47,8 +52,12 @@ def _plans(db: Path, patches: list[tuple[str, Patch]]) -> list[tuple[str, dict[s
 
 
 def test_clean_and_noisy_episodes_scan_every_table_with_the_same_plan(synthetic_1000: Path, patches):
-    differing = [(patched, t) for patched, clean, noisy in _plans(synthetic_1000, patches)
-                 for t in TABLES if clean[t] != noisy[t]]
+    differing = [
+        (patched, t)
+        for patched, clean, noisy in _plans(synthetic_1000, patches)
+        for t in TABLES
+        if clean[t] != noisy[t]
+    ]
     assert not differing, f"plans differ between clean and noisy episodes (patched table, scanned table): {differing}"
     assert {patched for patched, _ in patches} == set(TABLES), "every probed table is patched at least once"
 
@@ -56,6 +65,7 @@ def test_clean_and_noisy_episodes_scan_every_table_with_the_same_plan(synthetic_
 def test_the_old_layout_fails_the_same_check(synthetic_1000: Path, patches, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(episode_module, "SHADOW_TABLES", ())
     plans = _plans(synthetic_1000, patches[:10])
-    assert all(clean[patched] != noisy[patched] for patched, clean, noisy in plans), \
+    assert all(clean[patched] != noisy[patched] for patched, clean, noisy in plans), (
         "without shadow views a clean twin reads the patched table directly, so its plan must differ"
+    )
     assert all(clean[t] == noisy[t] for patched, clean, noisy in plans for t in TABLES if t != patched)

@@ -26,38 +26,80 @@ TEMPLATE_VERSIONS = {t.id: t.spec.version for t in load_templates()}  # labels n
 def label(condition: str, expected) -> LabelRecord:
     noise = condition == "noise"
     return LabelRecord(
-        task_id=f"t-{condition}", pair_id="admission_los_days-1-missing_record", condition=condition, split="train",
-        template_id="admission_los_days", template_version=TEMPLATE_VERSIONS["admission_los_days"], intent="encounter", scope="patient", level="record",
-        subtype="missing_record", subtype_version=1, contract="abstain" if noise else "answer", subject_id=10014354,
-        slots={"subject_id": 10014354, "hadm_id": 23132022}, gold_sql=LOS_SQL, reference_sql=LOS_SQL,
-        expected=AnswerValue(value=expected, unit="days"), evidence_rows=1,
+        task_id=f"t-{condition}",
+        pair_id="admission_los_days-1-missing_record",
+        condition=condition,
+        split="train",
+        template_id="admission_los_days",
+        template_version=TEMPLATE_VERSIONS["admission_los_days"],
+        intent="encounter",
+        scope="patient",
+        level="record",
+        subtype="missing_record",
+        subtype_version=1,
+        contract="abstain" if noise else "answer",
+        subject_id=10014354,
+        slots={"subject_id": 10014354, "hadm_id": 23132022},
+        gold_sql=LOS_SQL,
+        reference_sql=LOS_SQL,
+        expected=AnswerValue(value=expected, unit="days"),
+        evidence_rows=1,
         evidence_sql="SELECT 'admissions' AS table_name, hadm_id FROM admissions WHERE hadm_id = 23132022",
         evidence=[{"table_name": "admissions", "hadm_id": 23132022}],
         inspect={"table": "admissions", "filter": {"subject_id": 10014354, "hadm_id": 23132022}} if noise else None,
-        naive_answer=None, trap=False if noise else None)
+        naive_answer=None,
+        trap=False if noise else None,
+    )
 
 
 def trajectory(task_id: str, value, trial: int = 0, sql: str = LOS_SQL, rows=((5.26,),)) -> Trajectory:
-    query = ToolCall(tool="sql", arguments={"query": sql},
-                     result=ToolResult(ok=True, content=f"value\n{rows}", columns=["value"], rows=[list(r) for r in rows]),
-                     queries=[QueryRecord(sql=sql, via="sql", ok=True, row_count=len(rows))], seconds=0.01 * (trial + 1))
-    answer = ToolCall(tool="answer", arguments={"value": value, "unit": "days"}, result=ToolResult(ok=True, content="answer recorded"))
-    return Trajectory(task_id=task_id, agent="cautious", trial=trial, question=f"How long was stay of {task_id}?",
-                      calls=[query, answer], answer=AnswerValue(value=value, unit="days"))
+    query = ToolCall(
+        tool="sql",
+        arguments={"query": sql},
+        result=ToolResult(ok=True, content=f"value\n{rows}", columns=["value"], rows=[list(r) for r in rows]),
+        queries=[QueryRecord(sql=sql, via="sql", ok=True, row_count=len(rows))],
+        seconds=0.01 * (trial + 1),
+    )
+    answer = ToolCall(
+        tool="answer", arguments={"value": value, "unit": "days"}, result=ToolResult(ok=True, content="answer recorded")
+    )
+    return Trajectory(
+        task_id=task_id,
+        agent="cautious",
+        trial=trial,
+        question=f"How long was stay of {task_id}?",
+        calls=[query, answer],
+        answer=AnswerValue(value=value, unit="days"),
+    )
 
 
 def result_of(t: Trajectory, passed: bool, split: str = "train", answered: bool = True) -> EpisodeResult:
-    return EpisodeResult(agent=t.agent, task_id=t.task_id, trial=t.trial, split=split, condition="clean", intent="encounter",
-                         scope="patient", level="record", subtype="missing_record", contract="answer", answerable=True,
-                         answered=answered, abstained=False, passed=passed)
+    return EpisodeResult(
+        agent=t.agent,
+        task_id=t.task_id,
+        trial=t.trial,
+        split=split,
+        condition="clean",
+        intent="encounter",
+        scope="patient",
+        level="record",
+        subtype="missing_record",
+        contract="answer",
+        answerable=True,
+        answered=answered,
+        abstained=False,
+        passed=passed,
+    )
 
 
 @pytest.fixture()
 def run_folder(tmp_path: Path) -> Path:
     """A hand-made `ehrgym eval` folder: passing/failing, train/test, and two identical trials."""
     episodes = [
-        (trajectory("t1", 5.26, 0), True, "train"), (trajectory("t1", 5.26, 1), True, "train"),  # same conversation twice
-        (trajectory("t2", 9.0), False, "train"), (trajectory("t3", 5.26), True, "test"),
+        (trajectory("t1", 5.26, 0), True, "train"),
+        (trajectory("t1", 5.26, 1), True, "train"),  # same conversation twice
+        (trajectory("t2", 9.0), False, "train"),
+        (trajectory("t3", 5.26), True, "test"),
         (trajectory("t4", 1.5, sql="SELECT 1.5 AS value"), True, "train"),
     ]
     for sub, records in (("trajectories", [e[0] for e in episodes]), ("verdicts", [result_of(*e) for e in episodes])):
@@ -68,10 +110,16 @@ def run_folder(tmp_path: Path) -> Path:
 
 def test_sft_records_are_openai_chat_with_tool_calls(run_folder: Path):
     records = sft_records(run_folder)
-    assert [r["metadata"]["task_id"] for r in records] == ["t1", "t4"]  # failing t2, test-split t3, duplicate t1 dropped
+    assert [r["metadata"]["task_id"] for r in records] == [
+        "t1",
+        "t4",
+    ]  # failing t2, test-split t3, duplicate t1 dropped
     messages = records[0]["messages"]
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
-    assert messages[0]["content"] == SYSTEM_PROMPT and messages[1]["content"] == "Question (patient level, encounter): How long was stay of t1?"
+    assert (
+        messages[0]["content"] == SYSTEM_PROMPT
+        and messages[1]["content"] == "Question (patient level, encounter): How long was stay of t1?"
+    )
     call = messages[2]["tool_calls"][0]
     assert call["type"] == "function" and call["function"]["name"] == "sql"
     assert json.loads(call["function"]["arguments"]) == {"query": LOS_SQL}
@@ -121,13 +169,18 @@ def test_sft_command(run_folder: Path, tmp_path: Path):
 
 
 def test_reward_of_a_clean_answer():
-    good, bad = reward(label("clean", 5.26), trajectory("t-clean", 5.26)), reward(label("clean", 5.26), trajectory("t-clean", 7.0))
+    good, bad = (
+        reward(label("clean", 5.26), trajectory("t-clean", 5.26)),
+        reward(label("clean", 5.26), trajectory("t-clean", 7.0)),
+    )
     assert (good.value, good.passed, good.answer_match) == (1.0, True, True)
     assert (bad.value, bad.passed) == (0.0, False) and bad.reasons
 
 
 def test_reward_of_an_abstention_needs_the_evidence_looked_at():
-    looked = trajectory("t-noise", None, sql="SELECT * FROM admissions WHERE subject_id = 10014354 AND hadm_id = 23132022", rows=())
+    looked = trajectory(
+        "t-noise", None, sql="SELECT * FROM admissions WHERE subject_id = 10014354 AND hadm_id = 23132022", rows=()
+    )
     blind = trajectory("t-noise", None, sql="SELECT count(*) FROM patients", rows=((100,),))
     assert reward(label("noise", None), looked).value == 1.0
     blind_reward = reward(label("noise", None), blind)

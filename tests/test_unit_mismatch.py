@@ -32,12 +32,17 @@ def test_every_re_expressed_unit_converts():
         assert convert_unit(1.0, usual, written) not in (None, 1.0), (usual, written)
 
 
-@pytest.mark.parametrize(("template_id", "table", "number"), [
-    ("lab_first_value_within_24h", "labevents", "valuenum"),
-    ("input_volume_total_in_stay", "inputevents", "amount"),
-    ("prescription_first_dose", "prescriptions", "dose_val_rx"),
-])
-def test_a_patient_pair_holds_the_converted_quantity_and_its_label_is_the_clean_answer(source, template_id, table, number):
+@pytest.mark.parametrize(
+    ("template_id", "table", "number"),
+    [
+        ("lab_first_value_within_24h", "labevents", "valuenum"),
+        ("input_volume_total_in_stay", "inputevents", "amount"),
+        ("prescription_first_dose", "prescriptions", "dose_val_rx"),
+    ],
+)
+def test_a_patient_pair_holds_the_converted_quantity_and_its_label_is_the_clean_answer(
+    source, template_id, table, number
+):
     pair = first_pair(source, template_id)
     units, tolerance = units_of(table), TEMPLATES[template_id].spec.answer.tolerance
     (row,) = pair.patch.tables[table].add
@@ -56,7 +61,9 @@ def test_a_temperature_is_written_in_the_other_scale(source):
     pair = first_pair(source, "vital_first_after_icu_admission")
     (row,) = pair.patch.tables["chartevents"].add
     assert row["valueuom"] in ("°C", "°F")
-    assert convert_unit(row["valuenum"], row["valueuom"], pair.expected.unit) == pytest.approx(pair.expected.value, abs=1e-6)
+    assert convert_unit(row["valuenum"], row["valueuom"], pair.expected.unit) == pytest.approx(
+        pair.expected.value, abs=1e-6
+    )
 
 
 def test_an_item_without_a_same_dimension_unit_is_rejected(source):

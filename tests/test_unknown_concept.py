@@ -20,9 +20,13 @@ CODE_DICTIONARIES = {"d_icd_diagnoses.long_title", "d_icd_procedures.long_title"
 SLOTS = sorted({(".".join(vocabulary(t, s)), s) for t in TEMPLATES.values() for s in concept_slots(t)})
 DATABASES = [pytest.param("demo_db", marks=pytest.mark.realdata), "synthetic_1000"]
 # near misses of names the demo has: the blind audit's two typos and one doubled letter of a real ICU
-NEAR_MISSES = {"icustays.first_careunit": ["Mediccal Intensive Care Unit (MICU)",
-                                           "Medical/Surrgical Intensive Care Unit (MICU/SICU)"],
-               "d_icd_procedures.long_title": ["Transcatheter embolization for gatric or duodenal bleeding"]}
+NEAR_MISSES = {
+    "icustays.first_careunit": [
+        "Mediccal Intensive Care Unit (MICU)",
+        "Medical/Surrgical Intensive Care Unit (MICU/SICU)",
+    ],
+    "d_icd_procedures.long_title": ["Transcatheter embolization for gatric or duodenal bleeding"],
+}
 
 
 @pytest.fixture(params=DATABASES)
@@ -45,10 +49,14 @@ def _independently_unknown(con, name: str, vocab: str) -> None:
         hits = con.execute(f'SELECT count(*) FROM "{t}" WHERE {concept_sql(c)} = ?', [concept_key(name)]).fetchone()[0]
         assert hits == 0, f"{name!r} is in {t}.{c}"
     for t, c in _columns(vocab, dictionaries=False):
-        nearest = con.execute(f"SELECT min(levenshtein({concept_sql(c)}, ?)) FROM \"{t}\"", [concept_key(name)]).fetchone()[0]
+        nearest = con.execute(
+            f'SELECT min(levenshtein({concept_sql(c)}, ?)) FROM "{t}"', [concept_key(name)]
+        ).fetchone()[0]
         assert nearest is None or nearest >= 3, f"{name!r} is {nearest} edits from a name in {t}.{c}"
-    found = [con.execute(f'SELECT count(*) FROM "{table}" WHERE "{column}" ILIKE ?', [f"%{w}%"]).fetchone()[0]
-             for w in re.findall(r"[a-z]{4,}", concept_key(name))]
+    found = [
+        con.execute(f'SELECT count(*) FROM "{table}" WHERE "{column}" ILIKE ?', [f"%{w}%"]).fetchone()[0]
+        for w in re.findall(r"[a-z]{4,}", concept_key(name))
+    ]
     assert 0 in found, f"{name!r}: every word is found by ILIKE in {vocab}"
 
 

@@ -84,13 +84,17 @@ class Agent:
 
     def run(self, episode, context: AgentContext, seed: int = 0) -> None:
         if context.task_id != episode.observation["task_id"]:
-            raise ValueError(f"context of task {context.task_id!r} given for episode "
-                             f"{episode.observation['task_id']!r}")
-        if not self.privileged and not (context.read_from_question
-                                        and context.question == episode.observation["question"]):
-            raise ValueError(f"agent {self.name!r} (not privileged) was given a context for task "
-                             f"{context.task_id!r} that was not read from the episode's question; build it with "
-                             f"context_for or read_context")
+            raise ValueError(
+                f"context of task {context.task_id!r} given for episode {episode.observation['task_id']!r}"
+            )
+        if not self.privileged and not (
+            context.read_from_question and context.question == episode.observation["question"]
+        ):
+            raise ValueError(
+                f"agent {self.name!r} (not privileged) was given a context for task "
+                f"{context.task_id!r} that was not read from the episode's question; build it with "
+                f"context_for or read_context"
+            )
         self.act(episode, context if self.privileged else context.public(), seed)
 
     def act(self, episode, context: AgentContext, seed: int) -> None:
@@ -110,7 +114,9 @@ class Agent:
         """Answer as the task's visible answer format asks: the value, its unit, and only the record fields the
         format lists (every agent, the oracle too, answers through this one path)."""
         fmt = episode.observation.get("answer_format")
-        records = dict(answer.records) if fmt is None else {k: v for k, v in answer.records.items() if k in fmt["records"]}
+        records = (
+            dict(answer.records) if fmt is None else {k: v for k, v in answer.records.items() if k in fmt["records"]}
+        )
         arguments = {"value": answer.value, "unit": answer.unit, "records": records}
         return episode.call("answer", arguments)
 

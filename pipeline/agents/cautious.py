@@ -16,8 +16,17 @@ from __future__ import annotations
 from pipeline.agents import register
 from pipeline.agents.base import Agent, AgentContext, is_empty
 from pipeline.agents.checks import (
-    ENTITY_TABLES, entity_rows, evidence_source, item_units, item_units_sql, keyed_rows, parent_check_sql,
-    patient_flags_sql, row_rules, unordered, without_value_guards,
+    ENTITY_TABLES,
+    entity_rows,
+    evidence_source,
+    item_units,
+    item_units_sql,
+    keyed_rows,
+    parent_check_sql,
+    patient_flags_sql,
+    row_rules,
+    unordered,
+    without_value_guards,
 )
 from pipeline.noise.exclusion import excluding_sql
 from pipeline.templates.answers import AnswerValue
@@ -86,8 +95,11 @@ class Cautious(Agent):
         """NULL when a row breaks a rule, the entity has no row at all or a row's parent encounter is missing.
         No evidence row but rows of the entity (a drug given, only not in the asked window) is a real answer."""
         keyed, candidates = keyed_rows(source, evidence), keyed_rows(source, unordered(evidence))
-        row_sets = {"answer_rows": keyed, "candidate_rows": candidates,
-                    "entity_rows": entity_rows(source.table, context.slots, candidates)}
+        row_sets = {
+            "answer_rows": keyed,
+            "candidate_rows": candidates,
+            "entity_rows": entity_rows(source.table, context.slots, candidates),
+        }
         flags = self.sql(episode, patient_flags_sql(row_sets, rules, source.table))
         if flags is None or any(flags.item(0, name) > 0 for name in rules):
             return NULL

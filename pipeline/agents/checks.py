@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import sqlglot
 from sqlglot import expressions as exp
 
+from pipeline.env.verifier import convert_unit
 from pipeline.noise.base import Rejected
 from pipeline.noise.encounters import ADMISSION, ROUTINE_LEAD_HOURS, STAY, orphan_sql, outside_sql, parent_encounter
 from pipeline.noise.measurements import measurement_tables, plausible_ranges
@@ -26,7 +27,6 @@ from pipeline.source.schema import load_schema
 from pipeline.templates.lint import sample_slots
 from pipeline.templates.render import render_sql, sql_literal
 from pipeline.templates.spec import Template
-from pipeline.env.verifier import convert_unit
 
 # The entity a slot names and the table (and key) it must exist in.
 ENTITY_TABLES = {"subject_id": "patients", "hadm_id": ADMISSION.table, "stay_id": STAY.table}
@@ -84,8 +84,12 @@ def _value_columns(table: str) -> set[str]:
 # Which row set a patient-level rule reads: the rows the answer rests on, every candidate row of the question's
 # filter (a blanked or masked value drops out of an ordered pick), or every row of the named entities (a row
 # moved outside its encounter drops out of a time-windowed pick).
-RULE_ROWS = {"null_value": "candidate_rows", "placeholder_value": "candidate_rows",
-             "displaced_time": "entity_rows", "unit_mismatch": "entity_rows"}
+RULE_ROWS = {
+    "null_value": "candidate_rows",
+    "placeholder_value": "candidate_rows",
+    "displaced_time": "entity_rows",
+    "unit_mismatch": "entity_rows",
+}
 
 
 def row_rules(template: Template, table: str, items: ItemUnits | None, patient: bool) -> dict[str, str]:
@@ -137,8 +141,11 @@ def _unit(table: str, items: ItemUnits | None, patient: bool) -> str | None:
         return None
     if not patient:
         return f"{units.unit} IS NOT NULL AND ({wrong_unit_rule(units, known).sql})"
-    unreadable = " OR ".join(f"({units.item} = {sql_literal(item)} AND {units.unit} NOT IN "
-                             f"({', '.join(sql_literal(u) for u in items.readable[item])}))" for item in sorted(known))
+    unreadable = " OR ".join(
+        f"({units.item} = {sql_literal(item)} AND {units.unit} NOT IN "
+        f"({', '.join(sql_literal(u) for u in items.readable[item])}))"
+        for item in sorted(known)
+    )
     return f"{units.unit} IS NOT NULL AND ({unreadable})"
 
 
@@ -150,8 +157,9 @@ def _conflict(table: str, template: Template, items: ItemUnits | None) -> str | 
     usual = items.usual if items else {}
     listed = ", ".join(sql_literal(i) for i in sorted(usual))
     where = f" WHERE {record.item} IN ({listed})" if record.item and usual else ""
-    return (f"({columns}) IN (SELECT {columns} FROM {table}{where} GROUP BY ALL "
-            f"HAVING count(DISTINCT {record.value}) > 1)")
+    return (
+        f"({columns}) IN (SELECT {columns} FROM {table}{where} GROUP BY ALL HAVING count(DISTINCT {record.value}) > 1)"
+    )
 
 
 def _orphan(template: Template, table: str, patient: bool) -> str | None:
@@ -183,8 +191,10 @@ def item_units_sql(table: str, keyed: str) -> str | None:
     if units is None:
         return None
     item, unit = units.item, units.unit
-    return (f"SELECT {item} AS item, {unit} AS unit, count(*) AS n FROM {table} WHERE {unit} IS NOT NULL AND {item} IN "
-            f"(SELECT {item} FROM {keyed}) GROUP BY {item}, {unit} ORDER BY {item}, n DESC, {unit}")
+    return (
+        f"SELECT {item} AS item, {unit} AS unit, count(*) AS n FROM {table} WHERE {unit} IS NOT NULL AND {item} IN "
+        f"(SELECT {item} FROM {keyed}) GROUP BY {item}, {unit} ORDER BY {item}, n DESC, {unit}"
+    )
 
 
 def item_units(rows: list[tuple]) -> ItemUnits:
@@ -194,8 +204,10 @@ def item_units(rows: list[tuple]) -> ItemUnits:
     usual: dict = {}
     for item, unit, _ in rows:  # ordered by item, then most frequent first
         usual.setdefault(item, unit)
-    readable = {item: sorted({u for i, u, _ in rows if i == item and (u == unit or convert_unit(1.0, u, unit) is not None)})
-                for item, unit in usual.items()}
+    readable = {
+        item: sorted({u for i, u, _ in rows if i == item and (u == unit or convert_unit(1.0, u, unit) is not None)})
+        for item, unit in usual.items()
+    }
     return ItemUnits(usual, readable)
 
 
@@ -222,8 +234,10 @@ def patient_flags_sql(row_sets: dict[str, str | None], rules: dict[str, str], ta
     """One row: the counts of rows the answer rests on and of the entities' rows, and per rule how many rows of
     its row set break it."""
     ctes = [f"{name} AS (SELECT * FROM {keyed})" for name, keyed in sorted(row_sets.items()) if keyed]
-    counts = ["(SELECT count(*) FROM answer_rows) AS n_rows",
-              f"(SELECT count(*) FROM {'entity_rows' if row_sets.get('entity_rows') else 'answer_rows'}) AS n_entity"]
+    counts = [
+        "(SELECT count(*) FROM answer_rows) AS n_rows",
+        f"(SELECT count(*) FROM {'entity_rows' if row_sets.get('entity_rows') else 'answer_rows'}) AS n_entity",
+    ]
     for name, sql in sorted(rules.items()):
         rows = RULE_ROWS.get(name, "answer_rows")
         rows = rows if row_sets.get(rows) else "answer_rows"
@@ -233,5 +247,11 @@ def patient_flags_sql(row_sets: dict[str, str | None], rules: dict[str, str], ta
 
 def parent_check_sql(template: Template, table: str, keyed: str) -> tuple[str, str] | None:
     """(SQL of the distinct parent keys the rows reference, the parent table and key) for the orphan check."""
-    return _encounter_rule(template, table, lambda enc: (
-        f"SELECT DISTINCT {enc.key} AS parent FROM {keyed} AND {enc.key} IS NOT NULL ORDER BY 1", f"{enc.table}.{enc.key}"))
+    return _encounter_rule(
+        template,
+        table,
+        lambda enc: (
+            f"SELECT DISTINCT {enc.key} AS parent FROM {keyed} AND {enc.key} IS NOT NULL ORDER BY 1",
+            f"{enc.table}.{enc.key}",
+        ),
+    )

@@ -56,10 +56,17 @@ class LLMError(RuntimeError):
 class LLM(Agent):
     name = "llm"
 
-    def __init__(self, base_url: str = "http://127.0.0.1:8000/v1", model: str = "gpt-4o-mini",
-                 api_key_env: str = "OPENAI_API_KEY", max_turns: int = 20, temperature: float = 0.0,
-                 timeout: float = 120.0, system_prompt: str = SYSTEM_PROMPT,
-                 transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000/v1",
+        model: str = "gpt-4o-mini",
+        api_key_env: str = "OPENAI_API_KEY",
+        max_turns: int = 20,
+        temperature: float = 0.0,
+        timeout: float = 120.0,
+        system_prompt: str = SYSTEM_PROMPT,
+        transport: httpx.BaseTransport | None = None,
+    ):
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
         self.url = base_url.rstrip("/") + "/chat/completions"
@@ -72,8 +79,15 @@ class LLM(Agent):
         observation = episode.observation
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": self.system_prompt},
-            {"role": "user", "content": user_message(observation["question"], observation["scope"],
-                                                     observation["intent"], observation.get("answer_format"))},
+            {
+                "role": "user",
+                "content": user_message(
+                    observation["question"],
+                    observation["scope"],
+                    observation["intent"],
+                    observation.get("answer_format"),
+                ),
+            },
         ]
         for _ in range(self.max_turns):
             message = self.complete(messages, observation["tools"], seed)
@@ -88,8 +102,14 @@ class LLM(Agent):
 
     def complete(self, messages: list[dict], tools: list[dict], seed: int) -> dict[str, Any]:
         """One chat completion; returns the reply's message."""
-        body = {"model": self.model, "messages": messages, "tools": tools, "tool_choice": "auto",
-                "temperature": self.temperature, "seed": seed}
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "tools": tools,
+            "tool_choice": "auto",
+            "temperature": self.temperature,
+            "seed": seed,
+        }
         try:
             response = self.client.post(self.url, json=body)
         except httpx.HTTPError as err:

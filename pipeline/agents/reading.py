@@ -19,11 +19,20 @@ EXPRESSION = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)  # `{{ slot }}` or `{{ '%.1
 UNSUPPORTED = re.compile(r"\{%|\{#")  # a phrasing is literal text and expressions only
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
 # What each slot type may render as (a JSON slot value rendered by Jinja); text is anything but empty.
-GROUPS = {"integer": r"-?\d+", "number": NUMBER, "date": r"\d{4}-\d{2}-\d{2}",
-          "datetime": r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?"}
+GROUPS = {
+    "integer": r"-?\d+",
+    "number": NUMBER,
+    "date": r"\d{4}-\d{2}-\d{2}",
+    "datetime": r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?",
+}
 # The rendered text back to the JSON slot value the question was rendered from (dates stay ISO text).
-TYPERS = {"integer": int, "number": float, "text": str, "date": lambda s: dt.date.fromisoformat(s).isoformat(),
-          "datetime": lambda s: dt.datetime.fromisoformat(s).isoformat(sep=" ")}
+TYPERS = {
+    "integer": int,
+    "number": float,
+    "text": str,
+    "date": lambda s: dt.date.fromisoformat(s).isoformat(),
+    "datetime": lambda s: dt.datetime.fromisoformat(s).isoformat(sep=" "),
+}
 
 
 BRACKETS = {")": "(", "]": "[", "}": "{"}
@@ -71,8 +80,9 @@ def slot_of(expression: str, slots: dict[str, str]) -> str:
     names = jinja2.meta.find_undeclared_variables(environment().parse("{{" + expression + "}}"))
     names -= set(environment().globals)
     if len(names) != 1 or next(iter(names)) not in slots:
-        raise ReadError(f"expression {{{{{expression}}}}} must render exactly one slot of {sorted(slots)}, "
-                        f"it uses {sorted(names)}")
+        raise ReadError(
+            f"expression {{{{{expression}}}}} must render exactly one slot of {sorted(slots)}, it uses {sorted(names)}"
+        )
     return next(iter(names))
 
 
@@ -150,8 +160,9 @@ class Reader:
                 if reading is not None:
                     readings.setdefault(reading.key, reading)
         if not readings:
-            raise ReadError(f"question {question!r} matches no phrasing of the {len(self.phrasings)} phrasings "
-                            f"of {self.source}")
+            raise ReadError(
+                f"question {question!r} matches no phrasing of the {len(self.phrasings)} phrasings of {self.source}"
+            )
         if len(readings) > 1:  # "pO2 (Venous) (Blood)": the reading whose names keep their brackets whole
             whole = {key: r for key, r in readings.items() if r.balanced}
             readings = whole if len(whole) == 1 else readings

@@ -60,12 +60,18 @@ class Relaxing(Agent):
         subject, found = slots.get("subject_id"), []
         for slot, (table, time) in ENCOUNTERS.items():
             if slot in slots and subject is not None:
-                frame = self.sql(episode, f"SELECT {slot} FROM {table} WHERE subject_id = {sql_literal(subject)} "
-                                          f"AND {slot} <> {sql_literal(slots[slot])} ORDER BY {time} DESC, {slot}")
+                frame = self.sql(
+                    episode,
+                    f"SELECT {slot} FROM {table} WHERE subject_id = {sql_literal(subject)} "
+                    f"AND {slot} <> {sql_literal(slots[slot])} ORDER BY {time} DESC, {slot}",
+                )
                 found += [{slot: v} for v in (frame[slot].to_list() if frame is not None and frame.height else [])]
         if subject is not None and not found:
-            frame = self.sql(episode, f"SELECT subject_id FROM patients WHERE subject_id <> {sql_literal(subject)} "
-                                      f"ORDER BY abs(subject_id - {sql_literal(subject)}), subject_id LIMIT 3")
+            frame = self.sql(
+                episode,
+                f"SELECT subject_id FROM patients WHERE subject_id <> {sql_literal(subject)} "
+                f"ORDER BY abs(subject_id - {sql_literal(subject)}), subject_id LIMIT 3",
+            )
             found += [{"subject_id": v} for v in (frame["subject_id"].to_list() if frame is not None else [])]
         return found
 
@@ -88,8 +94,11 @@ class Relaxing(Agent):
     def names_like(self, episode, table: str, column: str, asked: str, where: str = "TRUE") -> list[str]:
         base = f"FROM {table} WHERE {column} IS NOT NULL AND {column} <> {sql_literal(asked)} AND {where}"
         similarity = f"jaro_winkler_similarity(lower({column}), lower({sql_literal(asked)}))"
-        frame = self.sql(episode, f"SELECT {column} AS name {base} GROUP BY {column} "
-                                  f"ORDER BY {similarity} DESC, {column} LIMIT {SIMILAR_NAMES}")
+        frame = self.sql(
+            episode,
+            f"SELECT {column} AS name {base} GROUP BY {column} "
+            f"ORDER BY {similarity} DESC, {column} LIMIT {SIMILAR_NAMES}",
+        )
         if frame is not None:
             return frame["name"].to_list() if frame.height else []
         frame = self.sql(episode, f"SELECT DISTINCT {column} AS name {base} ORDER BY 1")  # no SQL similarity: Python

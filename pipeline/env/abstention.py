@@ -75,8 +75,9 @@ class Coverage:
     detail: str
 
 
-def coverage(label: LabelRecord, trajectory: Trajectory, template: Template | None,
-             source: duckdb.DuckDBPyConnection) -> Coverage:
+def coverage(
+    label: LabelRecord, trajectory: Trajectory, template: Template | None, source: duckdb.DuckDBPyConnection
+) -> Coverage:
     """Did a successful gateway statement of the trajectory cover the label's evidence on the clean `source`?"""
     found = holders(label, template, source)
     if not found:
@@ -95,8 +96,11 @@ def coverage(label: LabelRecord, trajectory: Trajectory, template: Template | No
 
 def _uncovered(found: list[Holder], ran: int, inspected: str | None) -> str:
     tables = sorted({h.table for h in found if h.kind != "entity" or h.table == inspected})
-    anywhere = "; the looked-up id in any table carrying it" if any(
-        h.kind == "entity" and h.table != inspected for h in found) else ""
+    anywhere = (
+        "; the looked-up id in any table carrying it"
+        if any(h.kind == "entity" and h.table != inspected for h in found)
+        else ""
+    )
     return f"none of {ran} successful statement(s) covered the evidence (held by {', '.join(tables)}{anywhere})"
 
 
@@ -110,6 +114,7 @@ def _describe(holder: Holder) -> str:
 
 # --- statements: table references and their own predicates ---------------------------------------------------
 
+
 @cache
 def _sqlglot_schema() -> dict[str, dict[str, str]]:
     return {t.name: {c.name: c.duckdb_type for c in t.columns} for t in load_schema().values()}
@@ -119,15 +124,22 @@ def _sqlglot_schema() -> dict[str, dict[str, str]]:
 def references(sql: str) -> tuple[Reference, ...]:
     """Every reference to a source table in the statement with its own conjuncts; () when it does not parse."""
     try:
-        tree = qualify(sqlglot.parse_one(sql, dialect="duckdb"), schema=_sqlglot_schema(), dialect="duckdb",
-                       validate_qualify_columns=False)
+        tree = qualify(
+            sqlglot.parse_one(sql, dialect="duckdb"),
+            schema=_sqlglot_schema(),
+            dialect="duckdb",
+            validate_qualify_columns=False,
+        )
         scopes = traverse_scope(tree)
     except (sqlglot.errors.SqlglotError, KeyError, ValueError):
         return ()
     refs = []
     for scope in scopes:
-        tables = {alias: src.name for alias, src in scope.sources.items()
-                  if isinstance(src, exp.Table) and src.name in load_schema()}
+        tables = {
+            alias: src.name
+            for alias, src in scope.sources.items()
+            if isinstance(src, exp.Table) and src.name in load_schema()
+        }
         conjuncts = list(_block_conjuncts(scope.expression))
         for alias, table in sorted(tables.items()):
             own = tuple(c for c in conjuncts if _only_alias(c, alias))
@@ -164,6 +176,7 @@ def _only_alias(conjunct: exp.Expression, alias: str) -> bool:
 
 
 # --- which columns identify what a reference reads ------------------------------------------------------------
+
 
 def identifying_columns(label: LabelRecord, template: Template | None) -> dict[str, frozenset[str]]:
     """Per table: ids, keys, foreign keys, the columns the task's slots and inspect filter name, and (when the
@@ -203,16 +216,24 @@ def _decidable(conjunct: exp.Expression, known: frozenset[str], table: str) -> b
 @cache
 def _reference_columns(table: str) -> frozenset[str]:
     spec = load_schema()[table]
-    return frozenset({c for c in spec.column_names if c.endswith("_id") or c == "itemid"}
-                     | {c for fk in spec.foreign_keys for c in fk.columns})
+    return frozenset(
+        {c for c in spec.column_names if c.endswith("_id") or c == "itemid"}
+        | {c for fk in spec.foreign_keys for c in fk.columns}
+    )
 
 
-def covers(ref: Reference, holder: Holder, keys: dict[str, frozenset[str]], label: LabelRecord,
-           source: duckdb.DuckDBPyConnection) -> bool:
+def covers(
+    ref: Reference,
+    holder: Holder,
+    keys: dict[str, frozenset[str]],
+    label: LabelRecord,
+    source: duckdb.DuckDBPyConnection,
+) -> bool:
     """Does the reference's conjunction hold for a row of the holder (on the clean source)?"""
     inspect = label.inspect or {}
-    if ref.table != holder.table or (holder.kind == "dictionary" and holder.table != inspect.get("table")
-                                     and holder.via not in ref.siblings):
+    if ref.table != holder.table or (
+        holder.kind == "dictionary" and holder.table != inspect.get("table") and holder.via not in ref.siblings
+    ):
         return False
     conjuncts = [q for q in ref.conjuncts if holder.known is None or _decidable(q, holder.known, ref.table)]
     open_entity = holder.kind == "entity" and not inspect.get("filter")
@@ -228,6 +249,7 @@ def covers(ref: Reference, holder: Holder, keys: dict[str, frozenset[str]], labe
 
 
 # --- where the evidence is held --------------------------------------------------------------------------------
+
 
 def holders(label: LabelRecord, template: Template | None, source: duckdb.DuckDBPyConnection) -> list[Holder]:
     """The evidence tables' rows, their dictionaries' rows and the looked-up entity, as relations on the source."""
@@ -272,8 +294,10 @@ def _inline_holder(table: str, rows: list[dict[str, Any]]) -> Holder:
     cast = ", ".join(f"CAST(? AS {spec.column(c).duckdb_type})" for c in cols)
     values = ", ".join(f"({cast})" for _ in rows)
     on = " AND ".join(f't."{c}" = ev."{c}"' for c in cols)
-    sql = (f'SELECT t.* FROM "{table}" AS t WHERE EXISTS (SELECT 1 FROM (VALUES {values}) AS ev('
-           f'{", ".join(chr(34) + c + chr(34) for c in cols)}) WHERE {on})')
+    sql = (
+        f'SELECT t.* FROM "{table}" AS t WHERE EXISTS (SELECT 1 FROM (VALUES {values}) AS ev('
+        f"{', '.join(chr(34) + c + chr(34) for c in cols)}) WHERE {on})"
+    )
     return Holder(table, "evidence", sql, tuple(r.get(c) for r in rows for c in cols))
 
 
@@ -282,16 +306,20 @@ def _sql_holders(evidence_sql: str, source: duckdb.DuckDBPyConnection) -> list[H
     inner = f"(\n{evidence_sql.strip().rstrip(';')}\n)"
     try:
         cursor = source.execute(f"SELECT DISTINCT table_name FROM {inner} ORDER BY 1")
-        tables, columns = [r[0] for r in cursor.fetchall()], [d[0] for d in cursor.execute(
-            f"SELECT * FROM {inner} LIMIT 0").description]
+        tables, columns = (
+            [r[0] for r in cursor.fetchall()],
+            [d[0] for d in cursor.execute(f"SELECT * FROM {inner} LIMIT 0").description],
+        )
     except duckdb.Error:
         return []
     found = []
     for table in (t for t in tables if t in load_schema()):
         cols = [c for c in columns if c in load_schema()[table].column_names]
         on = " AND ".join(f't."{c}" = ev."{c}"' for c in cols)
-        sql = (f'SELECT t.* FROM "{table}" AS t WHERE EXISTS (SELECT 1 FROM {inner} AS ev '
-               f"WHERE ev.table_name = '{table}' AND {on})")
+        sql = (
+            f'SELECT t.* FROM "{table}" AS t WHERE EXISTS (SELECT 1 FROM {inner} AS ev '
+            f"WHERE ev.table_name = '{table}' AND {on})"
+        )
         found.append(Holder(table, "evidence", sql))
     return found
 
@@ -317,11 +345,13 @@ def _entity_holder(label: LabelRecord, template: Template | None, table: str) ->
     values.pop(None, None)
     columns = sorted(values)
     combos = list(itertools.product(*(_listed(values[c]) for c in columns)))
-    select = ", ".join(f'CAST({"?" if c.name in columns else "NULL"} AS {c.duckdb_type}) AS "{c.name}"'
-                       for c in spec.columns)
+    select = ", ".join(
+        f'CAST({"?" if c.name in columns else "NULL"} AS {c.duckdb_type}) AS "{c.name}"' for c in spec.columns
+    )
     params = [combo[columns.index(c.name)] for combo in combos for c in spec.columns if c.name in columns]
-    return Holder(table, "entity", " UNION ALL ".join(f"SELECT {select}" for _ in combos), tuple(params),
-                  known=frozenset(columns))
+    return Holder(
+        table, "entity", " UNION ALL ".join(f"SELECT {select}" for _ in combos), tuple(params), known=frozenset(columns)
+    )
 
 
 def _entity_column(key: str, table: str, template: Template | None) -> str | None:

@@ -18,8 +18,10 @@ def _cap_memory(gigabytes: float) -> None:
 
 def serve_command(
     release: Annotated[Path, typer.Argument(help="release folder (with manifest.json)")],
-    db: Annotated[Path | None, typer.Option(help="the source DuckDB the release was built on "
-                                                 "(default: the path its manifest recorded)")] = None,
+    db: Annotated[
+        Path | None,
+        typer.Option(help="the source DuckDB the release was built on (default: the path its manifest recorded)"),
+    ] = None,
     host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8000,
     max_memory_gb: Annotated[float, typer.Option(help="address-space ceiling of the server (0: none)")] = 8.0,

@@ -34,8 +34,10 @@ def render_table(columns: list[str], rows: list[list[Any]], truncated: bool, siz
     lines = [" | ".join(columns)] + [" | ".join(str(v)[:MAX_CELL] for v in row) for row in rows]
     note = f"({len(rows)} rows shown; more rows exist, refine the query)" if truncated else f"({len(rows)} rows)"
     if size_capped:
-        note = (f"({len(rows)} rows shown; the result was cut at {MAX_RESULT_CHARS:,} characters of values, "
-                "refine the query)")
+        note = (
+            f"({len(rows)} rows shown; the result was cut at {MAX_RESULT_CHARS:,} characters of values, "
+            "refine the query)"
+        )
     return "\n".join(lines + [note])
 
 
@@ -46,15 +48,24 @@ def schema_text(table: str | None) -> str:
         return "\n".join(f"{t.name}({', '.join(t.column_names)})" for t in tables.values())
     if table.lower() not in tables:
         raise BadArguments(f"unknown table {table!r}; call schema() without arguments for the list")
-    return "\n".join(f"{c.name} {c.duckdb_type}{'' if c.nullable else ' NOT NULL'}"
-                     for c in tables[table.lower()].columns)
+    return "\n".join(
+        f"{c.name} {c.duckdb_type}{'' if c.nullable else ' NOT NULL'}" for c in tables[table.lower()].columns
+    )
 
 
 class Episode:
     """Tools sql / python / schema / answer over one task's data; every call is recorded for the trajectory."""
 
-    def __init__(self, task: TaskRecord, cursor: duckdb.DuckDBPyConnection | None, patch: Patch | None,
-                 functions: frozenset[str], limits: Limits, max_turns: int = 30, executor: Executor | None = None):
+    def __init__(
+        self,
+        task: TaskRecord,
+        cursor: duckdb.DuckDBPyConnection | None,
+        patch: Patch | None,
+        functions: frozenset[str],
+        limits: Limits,
+        max_turns: int = 30,
+        executor: Executor | None = None,
+    ):
         """Queries run on `cursor` (its overlay applied here) or, given an `executor`, in its child process (the
         overlay applied there; `cursor` is None)."""
         self.task, self.max_turns, self.limits = task, max_turns, limits
@@ -77,9 +88,15 @@ class Episode:
     @property
     def observation(self) -> dict[str, Any]:
         answer_format = self.task.answer_format.model_dump(mode="json") if self.task.answer_format else None
-        return {"task_id": self.task.task_id, "question": self.task.question, "scope": self.task.scope,
-                "intent": self.task.intent, "answer_format": answer_format, "tables": list(TABLE_NAMES),
-                "tools": tool_specs()}
+        return {
+            "task_id": self.task.task_id,
+            "question": self.task.question,
+            "scope": self.task.scope,
+            "intent": self.task.intent,
+            "answer_format": answer_format,
+            "tables": list(TABLE_NAMES),
+            "tools": tool_specs(),
+        }
 
     def call(self, tool: str, arguments: dict) -> ToolResult:
         """Run one tool call; failures are results with ok=False, never exceptions."""
@@ -92,8 +109,15 @@ class Episode:
             result = error(str(err))
         except Exception as err:  # noqa: BLE001 - a tool never crashes the episode; the type alone is shown
             result = error(f"the {tool} tool failed ({type(err).__name__})")
-        self.calls.append(ToolCall(tool=str(tool), arguments=_plain_arguments(arguments), result=result,
-                                   queries=self._pending, seconds=time.perf_counter() - started))
+        self.calls.append(
+            ToolCall(
+                tool=str(tool),
+                arguments=_plain_arguments(arguments),
+                result=result,
+                queries=self._pending,
+                seconds=time.perf_counter() - started,
+            )
+        )
         if not self.done and len(self.calls) >= self.max_turns:
             self.done, self.truncated = True, True
         return result
@@ -105,8 +129,15 @@ class Episode:
         """Run a statement through the gateway and record it (the Python tool's `sql()` lands here too, with the
         tool's deadline: a query never outlives the Python call that sent it)."""
         outcome = self.gateway.run(sql, deadline)
-        self._pending.append(QueryRecord(sql=sql if isinstance(sql, str) else repr(sql), via=via, ok=outcome.ok,
-                                         row_count=len(outcome.rows), error=outcome.error))
+        self._pending.append(
+            QueryRecord(
+                sql=sql if isinstance(sql, str) else repr(sql),
+                via=via,
+                ok=outcome.ok,
+                row_count=len(outcome.rows),
+                error=outcome.error,
+            )
+        )
         return outcome
 
     def _tool_sql(self, query: str) -> ToolResult:
@@ -114,8 +145,9 @@ class Episode:
         if not outcome.ok:
             return error(outcome.error or "query failed")
         content = render_table(outcome.columns, outcome.rows, outcome.truncated, outcome.size_capped)
-        return ToolResult(ok=True, content=content, columns=outcome.columns, rows=outcome.rows,
-                          truncated=outcome.truncated)
+        return ToolResult(
+            ok=True, content=content, columns=outcome.columns, rows=outcome.rows, truncated=outcome.truncated
+        )
 
     def _tool_python(self, code: str) -> ToolResult:
         from pipeline.env.sandbox import SandboxLimits, run_code
@@ -134,9 +166,16 @@ class Episode:
         return ToolResult(ok=True, content="Answer recorded; the episode has ended.")
 
     def trajectory(self, agent: str, trial: int = 0) -> Trajectory:
-        return Trajectory(task_id=self.task.task_id, agent=agent, trial=trial, question=self.task.question,
-                          answer_format=self.task.answer_format, calls=list(self.calls), answer=self.answer,
-                          truncated=self.truncated)
+        return Trajectory(
+            task_id=self.task.task_id,
+            agent=agent,
+            trial=trial,
+            question=self.task.question,
+            answer_format=self.task.answer_format,
+            calls=list(self.calls),
+            answer=self.answer,
+            truncated=self.truncated,
+        )
 
     def close(self) -> None:
         """Drop the overlay and the cursor; safe to call twice."""

@@ -65,8 +65,14 @@ def serve(conn: Connection) -> None:
 class Executor:
     """One child process serving the SQL of many episodes, one request at a time; restarted on death."""
 
-    def __init__(self, db_path: Path, limits: Limits, shadow: tuple[str, ...], grace: float = GRACE_SECONDS,
-                 address_space_gb: float = ADDRESS_SPACE_GB):
+    def __init__(
+        self,
+        db_path: Path,
+        limits: Limits,
+        shadow: tuple[str, ...],
+        grace: float = GRACE_SECONDS,
+        address_space_gb: float = ADDRESS_SPACE_GB,
+    ):
         self.db_path, self.limits, self.shadow, self.grace = Path(db_path), limits, tuple(shadow), grace
         self.address_space = int(address_space_gb * (1 << 30))  # the child's RLIMIT_AS (0: none)
         self._lock, self._ids = threading.Lock(), itertools.count(1)
@@ -131,8 +137,11 @@ class Executor:
         """A fresh interpreter (never a fork of a process that runs DuckDB threads; no re-import of the caller's
         main module, as multiprocessing's spawn would do), talking over a socket pair."""
         ours, theirs = socket.socketpair()
-        self._process = subprocess.Popen([sys.executable, "-m", "pipeline.env.executor", str(theirs.fileno())],
-                                         pass_fds=(theirs.fileno(),), env={**os.environ, "PYTHONPATH": _root_path()})
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.env.executor", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            env={**os.environ, "PYTHONPATH": _root_path()},
+        )
         theirs.close()
         self._conn = Connection(ours.detach())
         self._conn.send((str(self.db_path), self.limits, self.shadow, self.address_space))

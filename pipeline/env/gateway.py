@@ -92,8 +92,13 @@ WATCHDOG = Watchdog()
 
 def open_locked(db_path: Path, limits: Limits) -> duckdb.DuckDBPyConnection:
     """A read-only connection with external access off, memory and threads set, then the configuration locked."""
-    config = {"enable_external_access": False, "memory_limit": limits.memory_limit, "threads": limits.threads,
-              "autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    config = {
+        "enable_external_access": False,
+        "memory_limit": limits.memory_limit,
+        "threads": limits.threads,
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+    }
     con = duckdb.connect(str(db_path), read_only=True, config=config)  # an open instance of the file is shared
     if not con.execute("SELECT current_setting('lock_configuration')").fetchall()[0][0]:
         con.execute("SET lock_configuration = true")
@@ -137,7 +142,7 @@ def plain(value: Any, budget: Budget | None = None) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return budget.text(bytes(value[: MAX_TEXT]).hex()[:MAX_TEXT])
+        return budget.text(bytes(value[:MAX_TEXT]).hex()[:MAX_TEXT])
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, (list, tuple)):
@@ -154,8 +159,10 @@ _NAME = r'(?:"[^"\s]*"|[A-Za-z_][A-Za-z0-9_$]*)'
 # catalog.schema. prefixes: a noisy episode's overlay lives in "temp".main, the clean table in <catalog>.main
 _QUALIFIER = re.compile(rf"{_NAME}\.{_NAME}\.(?={_NAME})")
 # how the binder names a relation differs between a table, a view and the overlay's unioned rows
-_NO_COLUMN = re.compile(r'\b(?:Table|View|Values list|Subquery|Table Function)\s+("[^"]*") does not have a '
-                        r'column named ("[^"]*")')
+_NO_COLUMN = re.compile(
+    r'\b(?:Table|View|Values list|Subquery|Table Function)\s+("[^"]*") does not have a '
+    r'column named ("[^"]*")'
+)
 
 
 def clean_error(err: Exception | str) -> str:
@@ -203,8 +210,14 @@ class Gateway:
     """Admits queries for one episode and runs them on its own cursor (which carries the episode's overlay), or
     through `engine` (text, seconds) -> outcome: the episode's connection in a child process (pipeline.env.executor)."""
 
-    def __init__(self, cursor: duckdb.DuckDBPyConnection | None, tables: list[str], functions: frozenset[str],
-                 limits: Limits, engine: Callable[[str, float], QueryOutcome] | None = None):
+    def __init__(
+        self,
+        cursor: duckdb.DuckDBPyConnection | None,
+        tables: list[str],
+        functions: frozenset[str],
+        limits: Limits,
+        engine: Callable[[str, float], QueryOutcome] | None = None,
+    ):
         self.cursor, self.tables, self.functions, self.limits = cursor, frozenset(tables), functions, limits
         self.engine = engine
 

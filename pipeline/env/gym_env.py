@@ -28,8 +28,14 @@ class EHRRobustGymEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, release: Release | None = None, release_dir: str | Path | None = None,
-                 source_db: str | Path | None = None, split: str | None = None, max_turns: int = 30):
+    def __init__(
+        self,
+        release: Release | None = None,
+        release_dir: str | Path | None = None,
+        source_db: str | Path | None = None,
+        split: str | None = None,
+        max_turns: int = 30,
+    ):
         if release is None:
             if release_dir is None or source_db is None:
                 raise ValueError(f"{ENV_ID}: give release=Release.open(...) or release_dir= and source_db=")

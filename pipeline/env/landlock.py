@@ -13,13 +13,18 @@ FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1
 FS_RIGHTS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}  # + REFER, TRUNCATE, IOCTL
 NET_TCP_BIND_CONNECT, SCOPE_ABSTRACT_UNIX_AND_SIGNAL = 0b11, 0b11  # ABI 4 and ABI 6
 READ_ONLY = FS_READ_FILE | FS_READ_DIR
-LANDLOCK_MISSING = ("the Python sandbox needs Landlock (Linux 5.13 or later, with Landlock enabled) to confine agent "
-                    "code, and this machine does not provide it; the code was not run")
+LANDLOCK_MISSING = (
+    "the Python sandbox needs Landlock (Linux 5.13 or later, with Landlock enabled) to confine agent "
+    "code, and this machine does not provide it; the code was not run"
+)
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
 
 
 class _PathBeneathAttr(ctypes.Structure):

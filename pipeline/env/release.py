@@ -20,8 +20,10 @@ def _registry_template(template_id: str, version: int, release: str) -> Template
 
     template = registry_template(template_id)
     if template.spec.version != version:
-        raise ValueError(f"release {release} (published before scoring/) uses template {template_id!r} v{version}, "
-                         f"the registry has v{template.spec.version}; score it with a checkout of that version")
+        raise ValueError(
+            f"release {release} (published before scoring/) uses template {template_id!r} v{version}, "
+            f"the registry has v{template.spec.version}; score it with a checkout of that version"
+        )
     return template
 
 
@@ -68,16 +70,23 @@ def _check_source(con, manifest: dict[str, Any], db: Path, fingerprint: bool) ->
     expected = manifest.get("source") or {}
     hint = f"pass --db PATH of the database with source fingerprint {str(expected.get('fingerprint'))[:12]}"
     found = source_fingerprint(con) if fingerprint else None
-    rows = found["rows"] if found else {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
-                                          for t in expected.get("rows", {})}
+    rows = (
+        found["rows"]
+        if found
+        else {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in expected.get("rows", {})}
+    )
     for table, count in (expected.get("rows") or {}).items():
         if rows.get(table) != count:
-            raise ReleaseError(f"{db}: table {table} has {rows.get(table)} rows, the release expects {count}: "
-                               f"not the database this release was built on; {hint}")
+            raise ReleaseError(
+                f"{db}: table {table} has {rows.get(table)} rows, the release expects {count}: "
+                f"not the database this release was built on; {hint}"
+            )
     if found and found["fingerprint"] != expected.get("fingerprint"):
-        raise ReleaseError(f"{db}: source fingerprint {found['fingerprint'][:12]} differs from the release's "
-                           f"{str(expected.get('fingerprint'))[:12]}: not the database this release was built on; "
-                           f"{hint}")
+        raise ReleaseError(
+            f"{db}: source fingerprint {found['fingerprint'][:12]} differs from the release's "
+            f"{str(expected.get('fingerprint'))[:12]}: not the database this release was built on; "
+            f"{hint}"
+        )
 
 
 def find_source(root: Path, manifest: dict[str, Any], db: Path | None) -> Path:
@@ -90,11 +99,15 @@ def find_source(root: Path, manifest: dict[str, Any], db: Path | None) -> Path:
             raise ReleaseError(f"--db {db}: source database not found; pass --db PATH of {expected}")
         return Path(db)
     if not source.get("path"):
-        raise ReleaseError(f"{root / 'manifest.json'} records no source path (published before it did); "
-                           f"pass --db PATH of {expected} ({source.get('database')})")
+        raise ReleaseError(
+            f"{root / 'manifest.json'} records no source path (published before it did); "
+            f"pass --db PATH of {expected} ({source.get('database')})"
+        )
     if not Path(source["path"]).is_file():
-        raise ReleaseError(f"{source['path']}: the source database recorded in {root / 'manifest.json'} is not there "
-                           f"(moved or deleted); pass --db PATH of {expected} ({source.get('database')})")
+        raise ReleaseError(
+            f"{source['path']}: the source database recorded in {root / 'manifest.json'} is not there "
+            f"(moved or deleted); pass --db PATH of {expected} ({source.get('database')})"
+        )
     return Path(source["path"])
 
 
@@ -113,9 +126,18 @@ def _executor(db: Path, limits: Limits):
 class Release:
     """A release opened on its source: tasks (agent-visible), labels (server side only) and episodes."""
 
-    def __init__(self, root: Path, manifest: dict[str, Any], tasks: list[TaskRecord], labels: list[LabelRecord],
-                 patches: list[PatchRecord], con, limits: Limits,
-                 templates: dict[tuple[str, int], Template] | None = None, executor=None):
+    def __init__(
+        self,
+        root: Path,
+        manifest: dict[str, Any],
+        tasks: list[TaskRecord],
+        labels: list[LabelRecord],
+        patches: list[PatchRecord],
+        con,
+        limits: Limits,
+        templates: dict[tuple[str, int], Template] | None = None,
+        executor=None,
+    ):
         self.root, self.manifest, self.limits, self._con = root, manifest, limits, con
         self.executor = executor  # pipeline.env.executor.Executor: agent SQL in a child process, or None (in process)
         self._tasks = sorted(tasks, key=lambda t: t.task_id)
@@ -126,8 +148,14 @@ class Release:
         self._templates = templates  # scoring/templates by (id, version); None: published before scoring/
 
     @classmethod
-    def open(cls, release_dir: Path, source_db: Path | None = None, limits: Limits | None = None,
-             check_fingerprint: bool = True, isolate: bool = False) -> Release:
+    def open(
+        cls,
+        release_dir: Path,
+        source_db: Path | None = None,
+        limits: Limits | None = None,
+        check_fingerprint: bool = True,
+        isolate: bool = False,
+    ) -> Release:
         """Read and check a release folder, and open its source read-only and locked: `source_db`, or the
         source path the manifest recorded (see find_source). `isolate`: episodes' SQL runs in a child process
         (pipeline.env.executor), so no query can crash or stall the caller."""
@@ -145,15 +173,18 @@ class Release:
         try:
             con = open_locked(db, limits)
         except duckdb.ConnectionException as exc:  # DuckDB shares one instance per file and process
-            raise ReleaseError(f"{db}: already open in this process with another configuration (a plain connection, or a "
-                               f"release with other limits); close it, or read through release.source_cursor() ({exc})") from exc
+            raise ReleaseError(
+                f"{db}: already open in this process with another configuration (a plain connection, or a "
+                f"release with other limits); close it, or read through release.source_cursor() ({exc})"
+            ) from exc
         try:
             _check_source(con, manifest, db, check_fingerprint)
         except BaseException:
             con.close()
             raise
-        return cls(root, manifest, tasks, labels, patches, con, limits, templates,
-                   _executor(db, limits) if isolate else None)
+        return cls(
+            root, manifest, tasks, labels, patches, con, limits, templates, _executor(db, limits) if isolate else None
+        )
 
     @property
     def version(self) -> str:
@@ -191,8 +222,9 @@ class Release:
         if self._templates is None:  # published before scoring/: the checkout's template of the same version
             return _registry_template(template_id, version, self.version)
         if (template_id, version) not in self._templates:
-            raise ReleaseError(f"{self.root / 'scoring'}: release {self.version} carries no template "
-                               f"{template_id} v{version}")
+            raise ReleaseError(
+                f"{self.root / 'scoring'}: release {self.version} carries no template {template_id} v{version}"
+            )
         return self._templates[(template_id, version)]
 
     def scoring_drift(self) -> list[str]:
@@ -204,8 +236,15 @@ class Release:
         from pipeline.env.episode import Episode
 
         cursor = self._con.cursor() if self.executor is None else None
-        return Episode(self.task(task_id), cursor, self._patches.get(task_id), self.functions, self.limits, max_turns,
-                       self.executor)
+        return Episode(
+            self.task(task_id),
+            cursor,
+            self._patches.get(task_id),
+            self.functions,
+            self.limits,
+            max_turns,
+            self.executor,
+        )
 
     def source_cursor(self):
         """A plain cursor on the source (server side only: no gateway, no overlay). DuckDB refuses a second

@@ -84,16 +84,26 @@ def scratch_mount_available() -> bool:
 
 
 def _rlimits(limits: SandboxLimits) -> dict[str, tuple[int, int]]:
-    return {"cpu": (limits.cpu_seconds, limits.cpu_seconds + 1), "as": (limits.memory_bytes, limits.memory_bytes),
-            "fsize": (limits.file_bytes, limits.file_bytes), "nofile": (64, 64), "core": (0, 0)}
+    return {
+        "cpu": (limits.cpu_seconds, limits.cpu_seconds + 1),
+        "as": (limits.memory_bytes, limits.memory_bytes),
+        "fsize": (limits.file_bytes, limits.file_bytes),
+        "nofile": (64, 64),
+        "core": (0, 0),
+    }
 
 
 def _preexec(limits: SandboxLimits) -> Callable[[], None] | None:
     """Limits set between fork and exec, only where `prlimit` is missing (preexec_fn is fragile with threads)."""
     if shutil.which("prlimit"):
         return None
-    names = {"cpu": resource.RLIMIT_CPU, "as": resource.RLIMIT_AS, "fsize": resource.RLIMIT_FSIZE,
-             "nofile": resource.RLIMIT_NOFILE, "core": resource.RLIMIT_CORE}
+    names = {
+        "cpu": resource.RLIMIT_CPU,
+        "as": resource.RLIMIT_AS,
+        "fsize": resource.RLIMIT_FSIZE,
+        "nofile": resource.RLIMIT_NOFILE,
+        "core": resource.RLIMIT_CORE,
+    }
     return lambda: [resource.setrlimit(names[k], v) for k, v in _rlimits(limits).items()] and None
 
 
@@ -111,14 +121,26 @@ def _command(limits: SandboxLimits | None = None) -> list[str]:
 def _environment(limits: SandboxLimits, audit_hook: bool) -> dict[str, str]:
     mount = namespaces_available() and scratch_mount_available()
     tmpfs = f"{limits.scratch_bytes}:{limits.scratch_entries + 1}:{os.readlink('/proc/self/ns/mnt')}" if mount else ""
-    return {"POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1", "EHRGYM_OUTPUT_CAP": str(limits.output_chars),
-            "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", "EHRGYM_AUDIT_HOOK": "1" if audit_hook else "0",
-            "EHRGYM_SCRATCH_TMPFS": tmpfs}
+    return {
+        "POLARS_MAX_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "EHRGYM_OUTPUT_CAP": str(limits.output_chars),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "LANG": "C.UTF-8",
+        "EHRGYM_AUDIT_HOOK": "1" if audit_hook else "0",
+        "EHRGYM_SCRATCH_TMPFS": tmpfs,
+    }
 
 
 def _reply(outcome: QueryOutcome) -> dict:
-    return {"ok": outcome.ok, "columns": outcome.columns, "types": outcome.types, "rows": outcome.rows,
-            "truncated": outcome.truncated, "error": outcome.error}
+    return {
+        "ok": outcome.ok,
+        "columns": outcome.columns,
+        "types": outcome.types,
+        "rows": outcome.rows,
+        "truncated": outcome.truncated,
+        "error": outcome.error,
+    }
 
 
 class _Session:
@@ -213,11 +235,14 @@ def _kill(process: subprocess.Popen) -> None:
 def _quota(scratch: str, limits: SandboxLimits) -> Callable[[], str | None]:
     """The watchdog: the reason to stop once scratch passes its quota (a tmpfs, when mounted, is never seen here:
     the parent then sees the empty folder under the child's mount)."""
+
     def over() -> str | None:
         size, entries = usage(scratch, limits.scratch_entries)
         if size > limits.scratch_bytes or entries > limits.scratch_entries:
-            return (f"the code was stopped: its scratch folder passed the disk quota ({limits.scratch_bytes >> 20} "
-                    f"MB, {limits.scratch_entries} files and folders)")
+            return (
+                f"the code was stopped: its scratch folder passed the disk quota ({limits.scratch_bytes >> 20} "
+                f"MB, {limits.scratch_entries} files and folders)"
+            )
         return None
 
     return over
@@ -228,8 +253,10 @@ def _failure(limits: SandboxLimits, started: float, stopped: str | None = None) 
         return stopped
     if time.monotonic() - started >= limits.wall_seconds:
         return f"the code was stopped at the wall-clock limit of {limits.wall_seconds:g} s"
-    return (f"the code was stopped: it exceeded a sandbox limit (CPU {limits.cpu_seconds} s, memory "
-            f"{limits.memory_bytes >> 20} MB, file size {limits.file_bytes >> 20} MB) or broke the tool's channel")
+    return (
+        f"the code was stopped: it exceeded a sandbox limit (CPU {limits.cpu_seconds} s, memory "
+        f"{limits.memory_bytes >> 20} MB, file size {limits.file_bytes >> 20} MB) or broke the tool's channel"
+    )
 
 
 def run_code(code: str, query: Callable[[str], QueryOutcome], limits=None, *, audit_hook: bool = True):
@@ -241,9 +268,17 @@ def run_code(code: str, query: Callable[[str], QueryOutcome], limits=None, *, au
         return False, LANDLOCK_MISSING
     scratch, started = tempfile.mkdtemp(prefix="ehrgym-py-"), time.monotonic()
     try:
-        process = subprocess.Popen(_command(limits), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL, cwd=scratch, env=_environment(limits, audit_hook),
-                                   preexec_fn=_preexec(limits), start_new_session=True, close_fds=True)
+        process = subprocess.Popen(
+            _command(limits),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=scratch,
+            env=_environment(limits, audit_hook),
+            preexec_fn=_preexec(limits),
+            start_new_session=True,
+            close_fds=True,
+        )
         session = _Session(process, started + limits.wall_seconds, _quota(scratch, limits))
         try:
             result = _converse(session, code, query, limits.output_chars)

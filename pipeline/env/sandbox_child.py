@@ -19,29 +19,106 @@ import types
 
 SCRATCH = os.path.realpath(os.getcwd())
 OUTPUT_CAP = int(os.environ.get("EHRGYM_OUTPUT_CAP", "20000"))
-_PYTHON_ROOTS = sorted({os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}
-                        | {p for p in sys.path if p and "site-packages" in p}})
+_PYTHON_ROOTS = sorted(
+    {
+        os.path.realpath(p)
+        for p in {sys.prefix, sys.base_prefix, sys.exec_prefix} | {p for p in sys.path if p and "site-packages" in p}
+    }
+)
 _LIBRARY_ROOTS = ["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/etc/ld.so.cache", "/usr/share/zoneinfo"]
 _READ_ROOTS = tuple(p + os.sep for p in _PYTHON_ROOTS)
-_DENIED_EVENTS = ("socket.", "subprocess.", "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn",
-                  "os.system", "os.kill", "os.killpg", "ctypes.", "pty.", "mmap.", "os.setuid", "os.chroot",
-                  "sys.setprofile", "sys.settrace", "os.add_dll_directory", "shutil.", "webbrowser.", "urllib.",
-                  "http.", "ftplib.", "smtplib.", "os.putenv", "os.unsetenv", "os.startfile", "resource.",
-                  "winreg.", "sqlite3.", "code.", "cpython.run_", "os.listxattr", "signal.", "os.chdir",
-                  "os.setxattr", "os.removexattr", "os.getxattr", "sys.remote_exec")
-_DENIED_IMPORTS = {"ctypes", "_ctypes", "socket", "_socket", "_posixsubprocess", "subprocess", "multiprocessing",
-                   "mmap", "pty", "fcntl", "resource", "_ssl", "ssl", "ftplib", "urllib.request", "http.client",
-                   "asyncio", "duckdb", "pipeline", "signal", "_signal", "faulthandler", "gc"}
+_DENIED_EVENTS = (
+    "socket.",
+    "subprocess.",
+    "os.exec",
+    "os.fork",
+    "os.forkpty",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.system",
+    "os.kill",
+    "os.killpg",
+    "ctypes.",
+    "pty.",
+    "mmap.",
+    "os.setuid",
+    "os.chroot",
+    "sys.setprofile",
+    "sys.settrace",
+    "os.add_dll_directory",
+    "shutil.",
+    "webbrowser.",
+    "urllib.",
+    "http.",
+    "ftplib.",
+    "smtplib.",
+    "os.putenv",
+    "os.unsetenv",
+    "os.startfile",
+    "resource.",
+    "winreg.",
+    "sqlite3.",
+    "code.",
+    "cpython.run_",
+    "os.listxattr",
+    "signal.",
+    "os.chdir",
+    "os.setxattr",
+    "os.removexattr",
+    "os.getxattr",
+    "sys.remote_exec",
+)
+_DENIED_IMPORTS = {
+    "ctypes",
+    "_ctypes",
+    "socket",
+    "_socket",
+    "_posixsubprocess",
+    "subprocess",
+    "multiprocessing",
+    "mmap",
+    "pty",
+    "fcntl",
+    "resource",
+    "_ssl",
+    "ssl",
+    "ftplib",
+    "urllib.request",
+    "http.client",
+    "asyncio",
+    "duckdb",
+    "pipeline",
+    "signal",
+    "_signal",
+    "faulthandler",
+    "gc",
+}
 _DENIED_ROOTS = {m.split(".")[0] for m in _DENIED_IMPORTS}
 _EMPTIED = {"subprocess", "_posixsubprocess", "socket", "_socket", "ctypes", "_ctypes"}  # their functions die too
 # event -> (positions of path arguments, positions of dir_fd arguments: -1 or None is "no dir_fd")
-_PATH_EVENTS = {"open": ((0,), ()), "os.listdir": ((0,), ()), "os.scandir": ((0,), ()), "os.mkdir": ((0,), (2,)),
-                "os.remove": ((0,), (1,)), "os.rmdir": ((0,), (1,)), "os.rename": ((0, 1), (2, 3)),
-                "os.link": ((0, 1), (2, 3)), "os.symlink": ((0, 1), (2,)), "os.chmod": ((0,), (2,)),
-                "os.chown": ((0,), (3,)), "os.lchown": ((0,), ()), "os.truncate": ((0,), ()),
-                "os.utime": ((0,), (3,)), "os.walk": ((0,), ()), "glob.glob": ((0,), ()),
-                "glob.glob/2": ((0,), (3,)), "os.chflags": ((0,), ()), "os.lchmod": ((0,), ()),
-                "os.readlink": ((0,), ()), "shutil.rmtree": ((0,), ())}
+_PATH_EVENTS = {
+    "open": ((0,), ()),
+    "os.listdir": ((0,), ()),
+    "os.scandir": ((0,), ()),
+    "os.mkdir": ((0,), (2,)),
+    "os.remove": ((0,), (1,)),
+    "os.rmdir": ((0,), (1,)),
+    "os.rename": ((0, 1), (2, 3)),
+    "os.link": ((0, 1), (2, 3)),
+    "os.symlink": ((0, 1), (2,)),
+    "os.chmod": ((0,), (2,)),
+    "os.chown": ((0,), (3,)),
+    "os.lchown": ((0,), ()),
+    "os.truncate": ((0,), ()),
+    "os.utime": ((0,), (3,)),
+    "os.walk": ((0,), ()),
+    "glob.glob": ((0,), ()),
+    "glob.glob/2": ((0,), (3,)),
+    "os.chflags": ((0,), ()),
+    "os.lchmod": ((0,), ()),
+    "os.readlink": ((0,), ()),
+    "shutil.rmtree": ((0,), ()),
+}
 
 
 def _inside_scratch(path) -> bool:

@@ -19,27 +19,82 @@ from pipeline.source.schema import load_schema
 
 _READ_ROOTS = (exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Subquery)
 _DENIED_NODES = tuple(
-    getattr(exp, name) for name in (
-        "DDL", "DML", "Command", "Pragma", "Set", "Use", "Copy", "Attach", "Detach", "Describe", "Summarize",
-        "Show", "Transaction", "Commit", "Rollback", "Placeholder", "Parameter", "Install", "Load", "Export",
-    ) if hasattr(exp, name)
+    getattr(exp, name)
+    for name in (
+        "DDL",
+        "DML",
+        "Command",
+        "Pragma",
+        "Set",
+        "Use",
+        "Copy",
+        "Attach",
+        "Detach",
+        "Describe",
+        "Summarize",
+        "Show",
+        "Transaction",
+        "Commit",
+        "Rollback",
+        "Placeholder",
+        "Parameter",
+        "Install",
+        "Load",
+        "Export",
+    )
+    if hasattr(exp, name)
 )
 # Keywords and special forms that sqlglot renders like calls but DuckDB does not list in duckdb_functions().
-_SYNTAX_WORDS = frozenset({
-    "case", "cast", "try_cast", "extract", "interval", "current_date", "current_timestamp", "current_time",
-    "localtime", "localtimestamp", "lambda", "not", "exists", "array", "coalesce", "struct_pack", "row", "map",
-    "list_value", "unnest", "columns", "ifnull", "if",
-})
+_SYNTAX_WORDS = frozenset(
+    {
+        "case",
+        "cast",
+        "try_cast",
+        "extract",
+        "interval",
+        "current_date",
+        "current_timestamp",
+        "current_time",
+        "localtime",
+        "localtimestamp",
+        "lambda",
+        "not",
+        "exists",
+        "array",
+        "coalesce",
+        "struct_pack",
+        "row",
+        "map",
+        "list_value",
+        "unnest",
+        "columns",
+        "ifnull",
+        "if",
+    }
+)
 _LEADING_NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(\(|$)")
 # Functions DuckDB also calls without parentheses, where sqlglot sees a bare column.
-_KEYWORD_FUNCTIONS = frozenset({"current_catalog", "current_schema", "current_user", "current_role", "session_user",
-                                "user", "current_database", "current_query", "current_setting"})
+_KEYWORD_FUNCTIONS = frozenset(
+    {
+        "current_catalog",
+        "current_schema",
+        "current_user",
+        "current_role",
+        "session_user",
+        "user",
+        "current_database",
+        "current_query",
+        "current_setting",
+    }
+)
 _CTE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 # Names DuckDB resolves to its own catalog objects: no CTE or alias may take them (a backstop to the scope check).
 _SYSTEM_NAME = re.compile(
     r"^(duckdb_|pg_|sqlite_|pragma_|information_schema|(system|temp|main|memory|character_sets|check_constraints"
     r"|columns|constraint_column_usage|constraint_table_usage|key_column_usage|referential_constraints|schemata"
-    r"|tables|table_constraints|views)$)", re.IGNORECASE)
+    r"|tables|table_constraints|views)$)",
+    re.IGNORECASE,
+)
 MAX_QUERY_CHARS = 64_000  # parsing costs ~8 us a character: a cap keeps one hostile query under half a second
 MAX_QUERY_NODES = 20_000  # the checks walk every node; the demo's largest reference program has 1,379
 # Pseudo-columns a base table has and an overlay view has not: in any position they would tell which is patched.
@@ -145,10 +200,17 @@ def _check_pivot(node: exp.Pivot) -> None:
     if node.args.get("unpivot"):
         return
     ons = list(node.args.get("fields") or node.expressions)  # standard form: FOR col IN (...); DuckDB's: ON col
-    if not ons or not all(isinstance(on, exp.In) and on.expressions and not on.args.get("query")
-                          and not any(e.find(exp.Query) for e in on.expressions) for on in ons):
-        raise SqlRefused("PIVOT needs an explicit IN list of values (no subquery) for every ON column, e.g. "
-                         "PIVOT t ON k IN ('a', 'b') USING count(*)")
+    if not ons or not all(
+        isinstance(on, exp.In)
+        and on.expressions
+        and not on.args.get("query")
+        and not any(e.find(exp.Query) for e in on.expressions)
+        for on in ons
+    ):
+        raise SqlRefused(
+            "PIVOT needs an explicit IN list of values (no subquery) for every ON column, e.g. "
+            "PIVOT t ON k IN ('a', 'b') USING count(*)"
+        )
 
 
 _CLASS_NAMES: dict[tuple, str | None] = {}
@@ -238,7 +300,9 @@ def _length_guard(name: str, max_chars: int) -> exp.Expression:
     repeat x, and nested calls would double the text at every level)."""
     return sqlglot.parse_one(
         f"LIST_TRANSFORM([__arg], LAMBDA __s : CASE WHEN LENGTH(__s) > {max_chars} THEN ERROR('{name}() accepts text "
-        f"of at most {max_chars:,} characters') ELSE __s END)[1]", read="duckdb")
+        f"of at most {max_chars:,} characters') ELSE __s END)[1]",
+        read="duckdb",
+    )
 
 
 def _bound_arguments(nodes: list[exp.Func]) -> None:

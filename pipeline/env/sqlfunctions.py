@@ -94,5 +94,6 @@ _REVIEW = yaml.safe_load((Path(__file__).with_name("sqlfunctions.yaml")).read_te
 REFUSED: dict[str, str] = dict(_REVIEW["refused"])  # name -> why it is never admitted
 BOUNDED: dict[str, int] = {name: int(entry["max_chars"]) for name, entry in _REVIEW["bounded"].items()}
 ALLOWED_FUNCTIONS: frozenset[str] = frozenset(
-    name for block in _CATEGORIES.values() for name in block.split() if name not in REFUSED)
+    name for block in _CATEGORIES.values() for name in block.split() if name not in REFUSED
+)
 CATEGORY_OF: dict[str, str] = {name: category for category, block in _CATEGORIES.items() for name in block.split()}

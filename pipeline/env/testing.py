@@ -17,12 +17,20 @@ class _NoGate:
         return {"gate": "none (environment test fixture)"}
 
 
-def build_small_release(db: Path, releases_dir: Path, version: str = "env-test",
-                        intents: list[str] | None = None, per_template: int = 1) -> Path:
+def build_small_release(
+    db: Path, releases_dir: Path, version: str = "env-test", intents: list[str] | None = None, per_template: int = 1
+) -> Path:
     """A release of a few verified pairs per template of the chosen intents, for tests and benchmarks."""
     from pipeline.build import BuildConfig
     from pipeline.stages import run_build
 
-    config = BuildConfig(db=db, releases_dir=releases_dir, version=version, per_template=per_template, seed=5,
-                         subtypes=SMALL_SUBTYPES, intents=intents or ["laboratory", "encounter"])
+    config = BuildConfig(
+        db=db,
+        releases_dir=releases_dir,
+        version=version,
+        per_template=per_template,
+        seed=5,
+        subtypes=SMALL_SUBTYPES,
+        intents=intents or ["laboratory", "encounter"],
+    )
     return run_build(config, gate=_NoGate)

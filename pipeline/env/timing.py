@@ -24,8 +24,18 @@ from pipeline.source.schema import load_schema
 
 SCAN_SQL = "SELECT count(*), count(DISTINCT {first}) FROM {table}"
 # Patched tables of the releases, small to mid-sized (the 1e6-row event tables take minutes to scan)
-PROBE_TABLES = ("admissions", "diagnoses_icd", "drgcodes", "icustays", "microbiologyevents", "omr", "outputevents",
-                "prescriptions", "services", "transfers")
+PROBE_TABLES = (
+    "admissions",
+    "diagnoses_icd",
+    "drgcodes",
+    "icustays",
+    "microbiologyevents",
+    "omr",
+    "outputevents",
+    "prescriptions",
+    "services",
+    "transfers",
+)
 
 
 @dataclass(frozen=True)
@@ -73,7 +83,7 @@ def binomial_upper(n: int, p: float, alpha: float = 0.001) -> int:
     """The smallest k with P(X >= k) <= alpha for X ~ Binomial(n, p): more hits than chance allows."""
     tail = 0.0
     for k in range(n, -1, -1):
-        tail += math.comb(n, k) * p ** k * (1 - p) ** (n - k)
+        tail += math.comb(n, k) * p**k * (1 - p) ** (n - k)
         if tail > alpha:
             return k + 1
     return 0
@@ -90,8 +100,9 @@ def probe_patches(db, episodes: int, seed: int = 19) -> list[tuple[str, Patch]]:
 
 def probe_task(n: int) -> TaskRecord:
     """A stand-in task for probe episodes (the tools never read it)."""
-    return TaskRecord(task_id=f"t-timing-{n}", question="timing probe", scope="patient", intent="laboratory",
-                      split="test")
+    return TaskRecord(
+        task_id=f"t-timing-{n}", question="timing probe", scope="patient", intent="laboratory", split="test"
+    )
 
 
 def probe_patch(con: duckdb.DuckDBPyConnection, table: str, rng: random.Random) -> Patch:
@@ -99,8 +110,9 @@ def probe_patch(con: duckdb.DuckDBPyConnection, table: str, rng: random.Random) 
     non-key column altered (7 in 10 patches) or not re-added at all (a missing record)."""
     spec = load_schema()[table]
     keys = list(spec.primary_key or spec.column_names)
-    rows = con.execute(f"SELECT * FROM {table} ORDER BY hash(rowid, ?) LIMIT ?",
-                       [rng.randint(0, 10_000), rng.randint(1, 3)]).fetchall()
+    rows = con.execute(
+        f"SELECT * FROM {table} ORDER BY hash(rowid, ?) LIMIT ?", [rng.randint(0, 10_000), rng.randint(1, 3)]
+    ).fetchall()
     records = [dict(zip(spec.column_names, row, strict=True)) for row in rows]
     hide = [{k: r[k] for k in keys} for r in records]
     add = [] if rng.random() < 0.3 else [_altered(r, keys) for r in records]
@@ -121,4 +133,3 @@ def plan_shape(cursor: duckdb.DuckDBPyConnection, sql: str) -> str:
     does, not how many rows the optimizer guessed."""
     rows = cursor.execute(f"EXPLAIN (FORMAT json) {sql}").fetchall()
     return json.dumps(without_key(json.loads(rows[0][1]), "Estimated Cardinality"), sort_keys=True)
-

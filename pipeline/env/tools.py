@@ -39,8 +39,7 @@ def schema(table: str | None = None) -> None:
     """
 
 
-def answer(value: Scalar | list[Scalar] | None, unit: str | None = None,
-           records: dict[str, Any] | None = None) -> None:
+def answer(value: Scalar | list[Scalar] | None, unit: str | None = None, records: dict[str, Any] | None = None) -> None:
     """Give the final answer and end the episode; value null means the record does not support an answer.
 
     Args:

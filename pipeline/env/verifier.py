@@ -12,6 +12,7 @@ Abstention Validity holds for an expected NULL when the answer is NULL and a suc
 holding the evidence hold for an evidence row, a dictionary entry of one, or the looked-up entity). Without a
 source connection the rule of version 1 applies: a statement pinning each inspect filter column to its value.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -52,20 +53,29 @@ class Verdict(BaseModel):
     reasons: list[str] = []
 
 
-def verify(label: LabelRecord, trajectory: Trajectory, template: Template | None = None,
-           source: duckdb.DuckDBPyConnection | None = None) -> Verdict:
+def verify(
+    label: LabelRecord,
+    trajectory: Trajectory,
+    template: Template | None = None,
+    source: duckdb.DuckDBPyConnection | None = None,
+) -> Verdict:
     """Score a trajectory against its label; `template` defaults to the registry's template of the label.
     `source` (the clean source database, read by the verifier only) decides abstention validity by evidence
     coverage; without it the equality-pin rule of version 1 applies."""
     if trajectory.task_id != label.task_id:
-        raise ValueError(f"trajectory of task {trajectory.task_id!r} cannot be verified against the label of "
-                         f"task {label.task_id!r}")
+        raise ValueError(
+            f"trajectory of task {trajectory.task_id!r} cannot be verified against the label of task {label.task_id!r}"
+        )
     template = template or template_of(label)
     answer = trajectory.answer
     if answer is None:
         why = "the episode ran out of turns" if trajectory.truncated else "the episode ended"
-        return Verdict(passed=False, answer_match=False, abstention_valid=None,
-                       reasons=[f"no answer: {why} without an answer call"])
+        return Verdict(
+            passed=False,
+            answer_match=False,
+            abstention_valid=None,
+            reasons=[f"no answer: {why} without an answer call"],
+        )
     if label.expected.value is None:
         return _verify_abstention(label, trajectory, template, source)
     reasons = answer_mismatches(label.expected, answer, template.spec.answer)
@@ -73,22 +83,31 @@ def verify(label: LabelRecord, trajectory: Trajectory, template: Template | None
     if answer.value is None and source is not None:  # a wrong abstention: say whether it looked at the evidence
         found = coverage(label, trajectory, template, source)
         covered = found.covered
-        reasons.append(("the trace covered the evidence: " if covered else "the trace did not cover the evidence: ")
-                       + found.detail)
+        reasons.append(
+            ("the trace covered the evidence: " if covered else "the trace did not cover the evidence: ") + found.detail
+        )
     return Verdict(passed=not reasons, answer_match=not reasons, abstention_valid=covered, reasons=reasons)
 
 
-def _verify_abstention(label: LabelRecord, trajectory: Trajectory, template: Template,
-                       source: duckdb.DuckDBPyConnection | None) -> Verdict:
+def _verify_abstention(
+    label: LabelRecord, trajectory: Trajectory, template: Template, source: duckdb.DuckDBPyConnection | None
+) -> Verdict:
     answered = trajectory.answer.value
-    reasons = [] if answered is None else [
-        f"expected NULL ({label.contract}: the record does not support an answer), got {answered!r}"]
+    reasons = (
+        []
+        if answered is None
+        else [f"expected NULL ({label.contract}: the record does not support an answer), got {answered!r}"]
+    )
     if source is not None:
         found = coverage(label, trajectory, template, source)
         missing = None if found.covered else f"abstention not supported by the trace: {found.detail}"
     elif label.inspect is None:
-        return Verdict(passed=not reasons, answer_match=not reasons, abstention_valid=None,
-                       reasons=reasons + ["label has no inspect target: abstention validity not checked"])
+        return Verdict(
+            passed=not reasons,
+            answer_match=not reasons,
+            abstention_valid=None,
+            reasons=reasons + ["label has no inspect target: abstention validity not checked"],
+        )
     else:
         missing = uninspected(label.inspect, trajectory, template)
     if missing:
@@ -114,12 +133,15 @@ def template_of(label: LabelRecord) -> Template:
         raise ValueError(f"task {label.task_id}: template {label.template_id!r} is not in the template registry")
     template = _templates()[label.template_id]
     if template.spec.version != label.template_version:
-        raise ValueError(f"task {label.task_id}: label has template {label.template_id!r} v{label.template_version}, "
-                         f"the registry has v{template.spec.version}")
+        raise ValueError(
+            f"task {label.task_id}: label has template {label.template_id!r} v{label.template_version}, "
+            f"the registry has v{template.spec.version}"
+        )
     return template
 
 
 # --- Answer Match ------------------------------------------------------------------------------------------
+
 
 def answer_mismatches(expected: AnswerValue, got: AnswerValue, spec: Answer) -> list[str]:
     """What differs between the expected and the given answer (empty: they match)."""
@@ -166,8 +188,11 @@ def convert_unit(value: Any, unit: str, target: str) -> float | None:
 def _unit_conversions() -> dict[str, tuple[str, float, float]]:
     """Canonical unit -> (dimension, scale, offset) from unit_conversions.yaml."""
     raw = yaml.safe_load(resources.files("pipeline.env").joinpath("unit_conversions.yaml").read_text())
-    return {normal_unit(unit): (dimension, float(size["scale"]), float(size.get("offset", 0.0)))
-            for dimension, units in raw.items() for unit, size in units.items()}
+    return {
+        normal_unit(unit): (dimension, float(size["scale"]), float(size.get("offset", 0.0)))
+        for dimension, units in raw.items()
+        for unit, size in units.items()
+    }
 
 
 def _tolerance_note(spec: Answer) -> str:
@@ -258,8 +283,9 @@ def _normal_text(value: Any) -> str:
 @cache
 def _unit_aliases() -> dict[str, str]:
     raw = yaml.safe_load(resources.files("pipeline.env").joinpath("unit_aliases.yaml").read_text())
-    return {_squeeze(alias): _squeeze(canonical)
-            for canonical, aliases in raw.items() for alias in [canonical, *aliases]}
+    return {
+        _squeeze(alias): _squeeze(canonical) for canonical, aliases in raw.items() for alias in [canonical, *aliases]
+    }
 
 
 def _squeeze(unit: Any) -> str:
@@ -275,6 +301,7 @@ def normal_unit(unit: Any) -> str | None:
 
 
 # --- Abstention Validity -----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Pin:

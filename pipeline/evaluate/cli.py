@@ -78,12 +78,21 @@ def open_release(release_dir: Path, db: Path, isolate: bool = True):
 def print_summary(metrics: dict, out: Path) -> None:
     from pipeline.evaluate.report import num, pct
 
-    table = Table(title=f"{out} (split {metrics['run']['split']}, {metrics['run']['tasks']} tasks, k={metrics['run']['k']})")
+    table = Table(
+        title=f"{out} (split {metrics['run']['split']}, {metrics['run']['tasks']} tasks, k={metrics['run']['k']})"
+    )
     for column in ("agent", "Pass@1 Clean", "Pass@1 Noise", "gap", "RS(0)", "RS(10)"):
         table.add_column(column, justify="left" if column == "agent" else "right")
     for name, m in metrics["agents"].items():
         o = m["overall"]
-        table.add_row(name, pct(o["pass1_clean"]), pct(o["pass1_noise"]), pct(o["gap"]), num(o["all"]["rs"]["0"]), num(o["all"]["rs"]["10"]))
+        table.add_row(
+            name,
+            pct(o["pass1_clean"]),
+            pct(o["pass1_noise"]),
+            pct(o["gap"]),
+            num(o["all"]["rs"]["0"]),
+            num(o["all"]["rs"]["10"]),
+        )
     Console().print(table)
 
 
@@ -94,11 +103,14 @@ def _run_with_progress(opened, config, out: Path, overwrite: bool) -> dict:
         total = len(opened.tasks(config.split)) * config.k * len(config.agents)
     except ValueError as exc:  # an unknown split: the message lists the release's splits
         _fail(str(exc))
-    with Progress(TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as bar:
+    with Progress(
+        TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as bar:
         job = bar.add_task("episodes", total=total)
         try:
-            return evaluate(opened, config, out, overwrite, on_task=lambda name, n: bar.update(job, advance=n, description=name))
+            return evaluate(
+                opened, config, out, overwrite, on_task=lambda name, n: bar.update(job, advance=n, description=name)
+            )
         except (ValueError, FileExistsError) as exc:
             _fail(str(exc))
 
@@ -107,8 +119,12 @@ def eval_command(
     release: Annotated[Path, typer.Option(help="release folder (RELEASES_DIR/VERSION)")],
     out: Annotated[Path, typer.Option(help="folder to write (refused when it exists and is not empty)")],
     agent: Annotated[list[str], typer.Option("--agent", help="agent name; repeat it or give a comma list")],
-    db: Annotated[Path | None, typer.Option(help="the source DuckDB file the release was built from "
-                                                 "(default: the path its manifest recorded)")] = None,
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            help="the source DuckDB file the release was built from (default: the path its manifest recorded)"
+        ),
+    ] = None,
     k: Annotated[int, typer.Option(min=1, help="trials per task")] = 1,
     split: Annotated[str | None, typer.Option(help="only this split (train or test); default: every task")] = None,
     seed: Annotated[int, typer.Option(help="trial t runs with seed + t")] = 0,
@@ -116,8 +132,13 @@ def eval_command(
     max_turns: Annotated[int, typer.Option(min=1, help="tool calls an agent may make per episode")] = 30,
     agent_option: Annotated[list[str], typer.Option("--agent-option", help="AGENT.OPTION=VALUE for get_agent")] = [],
     overwrite: Annotated[bool, typer.Option(help="replace a non-empty --out folder")] = False,
-    isolate: Annotated[bool, typer.Option(help="run agents' SQL in a child process, so a crashing query costs a "
-                                               "restart, not the evaluation (--no-isolate: in process)")] = True,
+    isolate: Annotated[
+        bool,
+        typer.Option(
+            help="run agents' SQL in a child process, so a crashing query costs a "
+            "restart, not the evaluation (--no-isolate: in process)"
+        ),
+    ] = True,
 ) -> None:
     """Run agents x tasks x k trials; write trajectories, verdicts, metrics.json and report.html into --out."""
     from pipeline.evaluate.runner import EvalConfig
@@ -126,8 +147,18 @@ def eval_command(
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         _fail(f"--out {out} exists and is not empty; pass --overwrite to replace it")
     db = source_of(release, db)
-    config = EvalConfig(release_dir=release, db=db, agents=names, agent_options=parse_options(agent_option, names), k=k,
-                        split=split, seed=seed, max_turns=max_turns, workers=workers, isolate=isolate)
+    config = EvalConfig(
+        release_dir=release,
+        db=db,
+        agents=names,
+        agent_options=parse_options(agent_option, names),
+        k=k,
+        split=split,
+        seed=seed,
+        max_turns=max_turns,
+        workers=workers,
+        isolate=isolate,
+    )
     opened = open_release(release, db, isolate)
     for note in opened.scoring_drift():
         console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)

@@ -31,9 +31,15 @@ def release_info(release_dir: Path) -> dict[str, Any]:
 def run_document(config: EvalConfig, task_ids: list[str]) -> dict[str, Any]:
     """The `run` section of metrics.json: everything that decides the numbers (not workers, not wall times)."""
     return {
-        "release_dir": str(config.release_dir), **release_info(config.release_dir), "split": config.split or "all",
-        "k": config.k, "seed": config.seed, "max_turns": config.max_turns, "agents": config.agents,
-        "agent_options": config.agent_options, "tasks": len(task_ids),
+        "release_dir": str(config.release_dir),
+        **release_info(config.release_dir),
+        "split": config.split or "all",
+        "k": config.k,
+        "seed": config.seed,
+        "max_turns": config.max_turns,
+        "agents": config.agents,
+        "agent_options": config.agent_options,
+        "tasks": len(task_ids),
     }
 
 
@@ -42,8 +48,10 @@ def results_of(runs: list[TaskRun]) -> list[EpisodeResult]:
 
 
 def metrics_document(config: EvalConfig, task_ids: list[str], runs: dict[str, list[TaskRun]]) -> dict[str, Any]:
-    return {"run": run_document(config, task_ids),
-            "agents": {name: agent_metrics(results_of(agent_runs), config.k) for name, agent_runs in runs.items()}}
+    return {
+        "run": run_document(config, task_ids),
+        "agents": {name: agent_metrics(results_of(agent_runs), config.k) for name, agent_runs in runs.items()},
+    }
 
 
 def _jsonl(path: Path, records) -> None:
@@ -93,7 +101,11 @@ def timing_document(runs: dict[str, list[TaskRun]], seconds: dict[str, float], w
     out = {}
     for name, agent_runs in runs.items():
         episodes = sum(len(run.results) for run in agent_runs)
-        out[name] = {"episodes": episodes, "seconds": seconds[name], "episodes_per_second": episodes / max(seconds[name], 1e-9)}
+        out[name] = {
+            "episodes": episodes,
+            "seconds": seconds[name],
+            "episodes_per_second": episodes / max(seconds[name], 1e-9),
+        }
     return {"workers": workers, "agents": out}
 
 

@@ -19,7 +19,7 @@ def svg_text(fig) -> str:
     fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     text = buffer.getvalue()
-    return text[text.index("<svg"):]  # drop the XML prolog and doctype: the SVG goes inline into HTML
+    return text[text.index("<svg") :]  # drop the XML prolog and doctype: the SVG goes inline into HTML
 
 
 def _pct(value: float | None) -> float:
@@ -32,8 +32,13 @@ def overall_bars(agents: dict[str, dict]) -> str:
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(names), 3.2))
     for offset, condition in ((-0.2, "clean"), (0.2, "noise")):
         values = [_pct(agents[a]["overall"][f"pass1_{condition}"]) for a in names]
-        bars = ax.bar([i + offset for i in range(len(names))], values, 0.4, label=f"Pass@1 {condition.title()}",
-                      color=CONDITION_COLOURS[condition])
+        bars = ax.bar(
+            [i + offset for i in range(len(names))],
+            values,
+            0.4,
+            label=f"Pass@1 {condition.title()}",
+            color=CONDITION_COLOURS[condition],
+        )
         ax.bar_label(bars, fmt="%.0f", fontsize=8)
     ax.set_xticks(range(len(names)), names)
     ax.set_ylim(0, 110)
@@ -69,7 +74,9 @@ def pass_hat_k_curves(agents: dict[str, dict], k: int) -> str:
     for i, (agent, metrics) in enumerate(agents.items()):
         for condition, style in (("clean", "-"), ("noise", "--")):
             curve = metrics["overall"][condition]["pass_hat_k"]
-            ax.plot(js, [_pct(curve[str(j)]) for j in js], style, marker="o", color=f"C{i}", label=f"{agent} {condition}")
+            ax.plot(
+                js, [_pct(curve[str(j)]) for j in js], style, marker="o", color=f"C{i}", label=f"{agent} {condition}"
+            )
     ax.set_xticks(js)
     ax.set_xlabel("k")
     ax.set_ylabel("pass^k %")

@@ -12,7 +12,8 @@ from pipeline.evaluate import plots
 from pipeline.evaluate.records import GROUP_FIELDS
 from pipeline.report_style import REPORT_CSS
 
-TEMPLATE = jinja2.Template("""<!doctype html>
+TEMPLATE = jinja2.Template(
+    """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>EHR-RobustGym evaluation: {{ run.release_version }}</title>
 <style>
 {{ css }}</style></head><body>
@@ -43,7 +44,10 @@ episodes. A clean task counts under its pair's level and sub-type.</p>
 <td>{{ g0.clean.tasks if g0 else 0 }}/{{ g0.noise.tasks if g0 else 0 }}</td></tr>{% endfor %}
 </table>{% endfor %}
 </body></html>
-""", undefined=jinja2.StrictUndefined, autoescape=False)
+""",
+    undefined=jinja2.StrictUndefined,
+    autoescape=False,
+)
 
 
 def pct(value: float | None) -> str:
@@ -58,7 +62,11 @@ def num(value: float | None) -> str:
 
 def figures(agents: dict[str, dict], k: int) -> dict[str, str]:
     """Every figure of the report, by name."""
-    figs = {"overall": plots.overall_bars(agents), "rs": plots.rs_bars(agents), "pass_hat_k": plots.pass_hat_k_curves(agents, k)}
+    figs = {
+        "overall": plots.overall_bars(agents),
+        "rs": plots.rs_bars(agents),
+        "pass_hat_k": plots.pass_hat_k_curves(agents, k),
+    }
     figs.update({field: plots.breakdown_bars(agents, field) for field in GROUP_FIELDS})
     return figs
 
@@ -71,9 +79,19 @@ def render_report(metrics: dict[str, Any]) -> str:
         raise ValueError("metrics hold no agent: nothing to report")
     values = {f: sorted({v for m in agents.values() for v in m["by"][f]}) for f in GROUP_FIELDS}
     penalties = sorted(next(iter(agents.values()))["overall"]["all"]["rs"], key=float)  # "10" after "5"
-    return TEMPLATE.render(css=REPORT_CSS, run=run, agents=list(agents), metrics=agents, figs=figures(agents, run["k"]),
-                           fields=GROUP_FIELDS,
-                           values=values, ks=range(1, run["k"] + 1), penalties=penalties, pct=pct, num=num)
+    return TEMPLATE.render(
+        css=REPORT_CSS,
+        run=run,
+        agents=list(agents),
+        metrics=agents,
+        figs=figures(agents, run["k"]),
+        fields=GROUP_FIELDS,
+        values=values,
+        ks=range(1, run["k"] + 1),
+        penalties=penalties,
+        pct=pct,
+        num=num,
+    )
 
 
 def metrics_json(metrics: dict[str, Any]) -> str:

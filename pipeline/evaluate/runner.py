@@ -47,12 +47,25 @@ def episode_result(label, trajectory: Trajectory, verdict, error: str | None = N
     answer = trajectory.answer
     reasons = list(verdict.reasons) + ([error] if error else [])
     return EpisodeResult(
-        agent=trajectory.agent, task_id=label.task_id, trial=trajectory.trial, split=label.split,
-        condition=label.condition, intent=label.intent, scope=label.scope, level=label.level, subtype=label.subtype,
-        contract=label.contract, answerable=label.expected.value is not None, answered=answer is not None,
-        abstained=answer is not None and answer.value is None, passed=verdict.passed and error is None,
-        answer_match=verdict.answer_match, abstention_valid=verdict.abstention_valid, reasons=reasons,
-        turns=len(trajectory.calls), truncated=trajectory.truncated,
+        agent=trajectory.agent,
+        task_id=label.task_id,
+        trial=trajectory.trial,
+        split=label.split,
+        condition=label.condition,
+        intent=label.intent,
+        scope=label.scope,
+        level=label.level,
+        subtype=label.subtype,
+        contract=label.contract,
+        answerable=label.expected.value is not None,
+        answered=answer is not None,
+        abstained=answer is not None and answer.value is None,
+        passed=verdict.passed and error is None,
+        answer_match=verdict.answer_match,
+        abstention_valid=verdict.abstention_valid,
+        reasons=reasons,
+        turns=len(trajectory.calls),
+        truncated=trajectory.truncated,
     )
 
 
@@ -114,7 +127,7 @@ def _worker_tasks(name: str, task_ids: list[str], config_json: str) -> list[str]
 def chunks(items: list[str], workers: int) -> list[list[str]]:
     """About eight chunks per worker: few enough to keep the pool's overhead small, enough to balance the load."""
     size = max(1, -(-len(items) // (8 * workers)))
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _serial(release, name: str, task_ids: list[str], config: EvalConfig, on_task: OnTask) -> Iterator[TaskRun]:
@@ -152,12 +165,18 @@ def worker_pool(config: EvalConfig) -> Iterator[ProcessPoolExecutor | None]:
         yield None
         return
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(config.workers, mp_context=context, initializer=_init_worker,
-                             initargs=(config.release_dir, config.db, config.isolate)) as pool:
+    with ProcessPoolExecutor(
+        config.workers,
+        mp_context=context,
+        initializer=_init_worker,
+        initargs=(config.release_dir, config.db, config.isolate),
+    ) as pool:
         yield pool
 
 
-def run_agents(release, task_ids: list[str], config: EvalConfig, on_task: OnTask) -> tuple[dict[str, list[TaskRun]], dict[str, float]]:
+def run_agents(
+    release, task_ids: list[str], config: EvalConfig, on_task: OnTask
+) -> tuple[dict[str, list[TaskRun]], dict[str, float]]:
     """Every agent on every task, in the configured agent order and the release's task order; wall seconds per agent."""
     runs: dict[str, list[TaskRun]] = {}
     seconds: dict[str, float] = {}

@@ -59,7 +59,9 @@ class NoiseSubtype(ABC):
         return self.name in template.spec.noise
 
     @abstractmethod
-    def make(self, con: duckdb.DuckDBPyConnection, task: CleanTask, template: Template, rng: np.random.Generator) -> NoisyTwin:
+    def make(
+        self, con: duckdb.DuckDBPyConnection, task: CleanTask, template: Template, rng: np.random.Generator
+    ) -> NoisyTwin:
         """Build the noisy twin of a clean task on the source `con`, or raise Rejected(reason)."""
 
 

@@ -31,10 +31,14 @@ def fits(table: str, version: int, sex: str, code: str) -> bool:
 def fitting_codes(con, table: str, subject_id: int, version: int, exclude: str) -> list[str]:
     """The table's most frequent codes (of the ICD version) that the source gives to a patient of the
     subject's sex and that lie outside the ranges of the other sex and of newborns; most frequent first."""
-    sex = next((g for (g,) in con.execute("SELECT gender FROM patients WHERE subject_id = ?", [subject_id]).fetchall()), None)
+    sex = next(
+        (g for (g,) in con.execute("SELECT gender FROM patients WHERE subject_id = ?", [subject_id]).fetchall()), None
+    )
     rows = con.execute(
         f"SELECT c.icd_code FROM {table} c JOIN patients p USING (subject_id) "
         f"WHERE c.icd_version = ? AND p.gender IS NOT DISTINCT FROM ? AND c.icd_code <> ? "
-        f"GROUP BY 1 ORDER BY count(*) DESC, 1", [version, sex, exclude]).fetchall()
+        f"GROUP BY 1 ORDER BY count(*) DESC, 1",
+        [version, sex, exclude],
+    ).fetchall()
     fitting = [code for (code,) in rows if fits(table, version, sex, code)]
     return fitting[:MAX_CANDIDATES]

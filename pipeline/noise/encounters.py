@@ -52,8 +52,16 @@ def declared_evidence_tables(template: Template) -> set[str]:
 
 
 _KEYS = frozenset({"subject_id", "hadm_id", "stay_id"})
-_OFFSET = (exp.Add, exp.Sub, exp.DateAdd, exp.DateSub, exp.TimestampAdd, exp.TimestampSub, exp.DateDiff,
-           exp.TimestampDiff)
+_OFFSET = (
+    exp.Add,
+    exp.Sub,
+    exp.DateAdd,
+    exp.DateSub,
+    exp.TimestampAdd,
+    exp.TimestampSub,
+    exp.DateDiff,
+    exp.TimestampDiff,
+)
 
 
 def needs_encounter(template: Template, enc: Encounter) -> bool:
@@ -82,6 +90,7 @@ def with_tables(build):
 
 # --- orphaned rows: the parent key is set but no parent row has it ---------------------------------------
 
+
 def orphan_sql(enc: Encounter, alias: str) -> str:
     return f"{alias}.{enc.key} NOT IN (SELECT p.{enc.key} FROM {enc.table} p WHERE p.{enc.key} IS NOT NULL)"
 
@@ -92,6 +101,7 @@ def orphan_expr(tables, enc: Encounter) -> pl.Expr:
 
 
 # --- displaced rows: the time lies outside the parent's window -------------------------------------------
+
 
 def _bound(enc: Encounter, column: str, as_date: bool, alias: str = "p") -> str:
     return f"CAST({alias}.{column} AS DATE)" if as_date else f"{alias}.{column}"
@@ -105,8 +115,19 @@ def _bound(enc: Encounter, column: str, as_date: bool, alias: str = "p") -> str:
 # like noise; the guard, the repair and the cautious agent all widen the window by the same lead (a date column:
 # by the lead's whole days).
 ROUTINE_LEAD_HOURS = dict.fromkeys(
-    ["labevents", "chartevents", "outputevents", "inputevents", "emar", "prescriptions", "procedures_icd",
-     "services", "icustays"], 24)
+    [
+        "labevents",
+        "chartevents",
+        "outputevents",
+        "inputevents",
+        "emar",
+        "prescriptions",
+        "procedures_icd",
+        "services",
+        "icustays",
+    ],
+    24,
+)
 
 
 def lead_of(table: str) -> int:
@@ -121,8 +142,10 @@ def outside_sql(enc: Encounter, alias: str, time: str, as_date: bool, lead_hours
     width = f"INTERVAL {int(lead_hours) // 24} DAY" if as_date else f"INTERVAL {int(lead_hours)} HOUR"
     if lead_hours:
         start, end = f"({start} - {width})", f"({end} + {width})"
-    return (f"EXISTS (SELECT 1 FROM {enc.table} p WHERE p.{enc.key} = {alias}.{enc.key} AND "
-            f"({alias}.{time} < {start} OR {alias}.{time} > {end}))")
+    return (
+        f"EXISTS (SELECT 1 FROM {enc.table} p WHERE p.{enc.key} = {alias}.{enc.key} AND "
+        f"({alias}.{time} < {start} OR {alias}.{time} > {end}))"
+    )
 
 
 def outside_mask(frame: pl.DataFrame, tables, enc: Encounter, time: str, lead_hours: int = 0) -> pl.Series:

@@ -25,8 +25,9 @@ def evidence_table(task: CleanTask) -> tuple[str, list[str], list[dict[str, Any]
     return tables.pop(), keys, [{c: row[c] for c in keys} for row in task.evidence]
 
 
-def candidate_keys(con: duckdb.DuckDBPyConnection, task: CleanTask, template: Template,
-                   at_most: int | None = None) -> list[dict[str, Any]]:
+def candidate_keys(
+    con: duckdb.DuckDBPyConnection, task: CleanTask, template: Template, at_most: int | None = None
+) -> list[dict[str, Any]]:
     """Evidence query without ORDER BY / LIMIT: every row the question's filter admits, not just the answer's.
     With `at_most`, at most that many + 1 rows come back (enough to tell that there are too many)."""
     tree = sqlglot.parse_one(render_sql(template.evidence_sql, typed_slots(template, task.slots)), dialect="duckdb")

@@ -20,8 +20,11 @@ def is_blocked(con, table: str, column: str) -> bool:
     """Whether the column's ids run in per-patient blocks (median within-patient step <= BLOCKED_GAP)."""
     if column == "subject_id" or "subject_id" not in _columns(con, table):
         return False
-    gap = scalar(con, f"SELECT median(d) FROM (SELECT {column} - lag({column}) OVER (PARTITION BY subject_id ORDER BY {column}) d "
-                      f"FROM (SELECT DISTINCT subject_id, {column} FROM {table})) WHERE d IS NOT NULL")
+    gap = scalar(
+        con,
+        f"SELECT median(d) FROM (SELECT {column} - lag({column}) OVER (PARTITION BY subject_id ORDER BY {column}) d "
+        f"FROM (SELECT DISTINCT subject_id, {column} FROM {table})) WHERE d IS NOT NULL",
+    )
     return gap is not None and gap <= BLOCKED_GAP
 
 
@@ -30,7 +33,13 @@ def _columns(con, table: str) -> list[str]:
 
 
 def _used(con, table: str, column: str, candidate: int, margin: int = 0) -> bool:
-    return bool(scalar(con, f"SELECT count(*) FROM {table} WHERE {column} BETWEEN ? AND ?", [candidate - margin, candidate + margin]))
+    return bool(
+        scalar(
+            con,
+            f"SELECT count(*) FROM {table} WHERE {column} BETWEEN ? AND ?",
+            [candidate - margin, candidate + margin],
+        )
+    )
 
 
 def beside_block(con, table: str, column: str, subject_id: int, taken: list[int]) -> int:
@@ -59,6 +68,9 @@ def fresh_ids(con, table: str, column: str, rows: list[dict], rng) -> list[int]:
     """One unused id per row (each row has the subject_id of the patient it belongs to), as real ids lie."""
     blocked, chosen = is_blocked(con, table, column), []
     for row in rows:
-        chosen.append(beside_block(con, table, column, row["subject_id"], chosen) if blocked
-                      else scattered(con, table, column, rng, chosen))
+        chosen.append(
+            beside_block(con, table, column, row["subject_id"], chosen)
+            if blocked
+            else scattered(con, table, column, rng, chosen)
+        )
     return chosen

@@ -8,7 +8,6 @@ programs check each other on every pair.
 from __future__ import annotations
 
 import datetime as dt
-
 from collections.abc import Callable
 from typing import Any
 

@@ -63,24 +63,31 @@ def item_precision(con, facts: MeasurementTable, item) -> Precision:
     exactly (integers stay integers), and the most frequent count of decimals its numeric texts show."""
     number, text, column = facts.number, facts.text, facts.item
     exact = ", ".join(f"avg((abs({number} - round({number}, {d})) < 1e-9)::INT)" for d in range(MAX_DECIMALS + 1))
-    shares = con.execute(f"SELECT {exact} FROM {facts.name} WHERE {column} = ? AND {number} IS NOT NULL", [item]).fetchall()[0]
+    shares = con.execute(
+        f"SELECT {exact} FROM {facts.name} WHERE {column} = ? AND {number} IS NOT NULL", [item]
+    ).fetchall()[0]
     digits = next((d for d, share in enumerate(shares) if share is not None and share >= COVERAGE), MAX_DECIMALS)
     return Precision(digits, _text_decimals(con, facts, item) if text else digits)
 
 
 def _text_decimals(con, facts: MeasurementTable, item) -> int:
-    shown = (f"CASE WHEN {facts.text} LIKE '%.%' THEN length(split_part({facts.text}, '.', 2)) ELSE 0 END")
+    shown = f"CASE WHEN {facts.text} LIKE '%.%' THEN length(split_part({facts.text}, '.', 2)) ELSE 0 END"
     row = con.execute(
         f"SELECT {shown} FROM {facts.name} WHERE {facts.item} = ? AND TRY_CAST({facts.text} AS DOUBLE) IS NOT NULL "
-        f"GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1", [item]).fetchall()
+        f"GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1",
+        [item],
+    ).fetchall()
     return int(row[0][0]) if row else 0
 
 
 def item_span(con, facts: MeasurementTable, item) -> tuple[float, float]:
     """The range the item's real numbers take in the source (1st to 99th percentile): a value written as a
     plausible reading of the item stays inside it (an SpO2 of 106 % is no reading a careful analyst believes)."""
-    low, high = con.execute(f"SELECT quantile_cont({facts.number}, 0.01), quantile_cont({facts.number}, 0.99) "
-                            f"FROM {facts.name} WHERE {facts.item} = ? AND {facts.number} IS NOT NULL", [item]).fetchall()[0]
+    low, high = con.execute(
+        f"SELECT quantile_cont({facts.number}, 0.01), quantile_cont({facts.number}, 0.99) "
+        f"FROM {facts.name} WHERE {facts.item} = ? AND {facts.number} IS NOT NULL",
+        [item],
+    ).fetchall()[0]
     return (float(low), float(high)) if low is not None else (float("nan"), float("nan"))
 
 

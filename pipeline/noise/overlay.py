@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 import polars as pl
+
 from pipeline.db import scalar
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.source.schema import load_schema
@@ -46,11 +47,15 @@ def _apply_patch(con: duckdb.DuckDBPyConnection, source: str, table: str, patch:
     keys, hide_name, rows = patch.key_columns, f"__hide_{table}", f"__rows_{table}"
     con.execute(f"CREATE OR REPLACE TEMP TABLE {hide_name} AS SELECT {', '.join(keys)} FROM {source} LIMIT 0")
     if patch.hide:
-        con.executemany(f"INSERT INTO {hide_name} VALUES ({', '.join('?' for _ in keys)})",
-                        [[key[c] for c in keys] for key in patch.hide])
+        con.executemany(
+            f"INSERT INTO {hide_name} VALUES ({', '.join('?' for _ in keys)})",
+            [[key[c] for c in keys] for key in patch.hide],
+        )
         on = " AND ".join(f"t.{c} IS NOT DISTINCT FROM h.{c}" for c in keys)
-        con.execute(f"INSERT INTO temp.main.__gone_{table} SELECT t.rowid, 0 FROM {source} t "
-                    f"SEMI JOIN temp.main.{hide_name} h ON {on}")
+        con.execute(
+            f"INSERT INTO temp.main.__gone_{table} SELECT t.rowid, 0 FROM {source} t "
+            f"SEMI JOIN temp.main.{hide_name} h ON {on}"
+        )
     if patch.add:
         con.executemany(
             f"INSERT INTO {rows} ({', '.join(columns)}, __sub) VALUES ({', '.join('?' for _ in columns)}, ?)",
@@ -93,15 +98,20 @@ def _place_added(con: duckdb.DuckDBPyConnection, source: str, add_name: str, tab
 
 def drop_overlay(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
     if tables:
-        con.execute("".join(
-            f"DROP VIEW IF EXISTS temp.main.{table}; DROP VIEW IF EXISTS temp.main.__add_{table}; "
-            f"DROP TABLE IF EXISTS temp.main.__hide_{table}; DROP TABLE IF EXISTS temp.main.__rows_{table}; "
-            f"DROP TABLE IF EXISTS temp.main.__gone_{table};" for table in tables))
+        con.execute(
+            "".join(
+                f"DROP VIEW IF EXISTS temp.main.{table}; DROP VIEW IF EXISTS temp.main.__add_{table}; "
+                f"DROP TABLE IF EXISTS temp.main.__hide_{table}; DROP TABLE IF EXISTS temp.main.__rows_{table}; "
+                f"DROP TABLE IF EXISTS temp.main.__gone_{table};"
+                for table in tables
+            )
+        )
 
 
 @contextmanager
-def overlay(con: duckdb.DuckDBPyConnection, patch: Patch | None,
-            shadow: Iterable[str] = ()) -> Iterator[duckdb.DuckDBPyConnection]:
+def overlay(
+    con: duckdb.DuckDBPyConnection, patch: Patch | None, shadow: Iterable[str] = ()
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """Apply the patch as temp views on `con` for the duration of the block, then remove them. Tables in `shadow`
     the patch leaves alone get a view of the same shape over an empty patch (an episode shadows every table, so
     that clean and noisy episodes read through the same relations)."""
@@ -149,7 +159,9 @@ def polars_overlay(tables, patch: Patch):
         frame = frame.with_columns(pl.col("__pos").cast(pl.Int64), pl.lit(0, pl.Int64).alias("__sub"))
         if table_patch.add:  # rows typed like the table (ISO text from a patches.jsonl becomes dates and times)
             added = keys_frame(table_patch.add, schema).select(list(schema))
-            frame = pl.concat([frame, _placed(tables[table].with_row_index("__pos"), added, table)], how="diagonal_relaxed")
+            frame = pl.concat(
+                [frame, _placed(tables[table].with_row_index("__pos"), added, table)], how="diagonal_relaxed"
+            )
         frames[table] = frame.sort("__pos", "__sub").drop("__pos", "__sub")  # lazy: filters push down
     return tables.replaced(frames)
 
@@ -162,8 +174,17 @@ def _placed(source: pl.LazyFrame, added: pl.LazyFrame, table: str) -> pl.LazyFra
     score = pl.sum_horizontal(*[w * pl.col(c).eq_missing(pl.col(f"{c}__a")).cast(pl.Int32) for c, w in weights.items()])
     renamed = added.rename({c: f"{c}__a" for c in columns}).with_columns(pl.col(f"{near}__a").alias("__near"))
     pairs = source.join(renamed, left_on=near, right_on="__near", how="inner")
-    best = (pairs.with_columns(score.alias("__score")).sort("__sub", "__score", "__pos", descending=[False, True, False])
-            .group_by("__sub", maintain_order=True).first().select("__sub", pl.col("__pos").cast(pl.Int64)))
+    best = (
+        pairs.with_columns(score.alias("__score"))
+        .sort("__sub", "__score", "__pos", descending=[False, True, False])
+        .group_by("__sub", maintain_order=True)
+        .first()
+        .select("__sub", pl.col("__pos").cast(pl.Int64))
+    )
     end = source.select((pl.len().cast(pl.Int64)).alias("__end"))
-    return (added.join(best, on="__sub", how="left").join(end, how="cross")
-            .with_columns(pl.col("__pos").fill_null(pl.col("__end"))).drop("__end"))
+    return (
+        added.join(best, on="__sub", how="left")
+        .join(end, how="cross")
+        .with_columns(pl.col("__pos").fill_null(pl.col("__end")))
+        .drop("__end")
+    )

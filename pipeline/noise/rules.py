@@ -159,10 +159,22 @@ def scoped_twin(task, template, ev: Evidence, patch: Patch, rule: Rule) -> Noisy
     gold, inspect = load_python_program(template), {"table": ev.table, "filter": task.slots}
     if is_patient(template):
         guard = f"EXISTS (SELECT 1 FROM evidence WHERE {rule.sql})"
-        return NoisyTwin(patch, "abstain", AnswerValue(value=None), guarded_sql(task.gold_sql, ev.table, ev.keys, guard),
-                         _table_guarded_python(template, gold, ev, rule), inspect)
-    return NoisyTwin(patch, "repair", None, excluding_sql(task.gold_sql, ev.table, rule.sql),
-                     excluding_python(gold, ev.table, rule.expr, rule.within), inspect)
+        return NoisyTwin(
+            patch,
+            "abstain",
+            AnswerValue(value=None),
+            guarded_sql(task.gold_sql, ev.table, ev.keys, guard),
+            _table_guarded_python(template, gold, ev, rule),
+            inspect,
+        )
+    return NoisyTwin(
+        patch,
+        "repair",
+        None,
+        excluding_sql(task.gold_sql, ev.table, rule.sql),
+        excluding_python(gold, ev.table, rule.expr, rule.within),
+        inspect,
+    )
 
 
 TIME_STEPS = (3600, 60, 1)  # whole hours, minutes, seconds: the coarsest a column's real times keep
@@ -172,7 +184,9 @@ def time_step(con, table: str, column: str) -> int:
     """The coarsest grid (seconds: an hour, a minute, a second) that 99% of the column's real times sit on."""
     aligned = ", ".join(f"avg((epoch({column})::BIGINT % {step} = 0)::INT)" for step in TIME_STEPS)
     shares = con.execute(f"SELECT {aligned} FROM {table} WHERE {column} IS NOT NULL").fetchall()[0]
-    return next((step for step, share in zip(TIME_STEPS, shares, strict=True) if share is not None and share >= 0.99), 1)
+    return next(
+        (step for step, share in zip(TIME_STEPS, shares, strict=True) if share is not None and share >= 0.99), 1
+    )
 
 
 def time_shift(con, table: str, column: str, rng, low_hours: int = 2, high_hours: int = 30):

@@ -43,15 +43,20 @@ def _alike(sibling_value, before, after):
     return after
 
 
-def sibling_patch(con, table: str, before: list[dict], after: list[dict], patched: Patch, replace: bool = True) -> Patch:
+def sibling_patch(
+    con, table: str, before: list[dict], after: list[dict], patched: Patch, replace: bool = True
+) -> Patch:
     """`patched` plus the sibling rows of `table`'s changed rows (before -> after), changed alike: in place, or
     (`replace=False`, a conflicting duplicate) as a second copy beside the sibling row."""
     tables = {name: p.model_copy(deep=True) for name, p in patched.tables.items()}
     for rule in sibling_rules()["rows"].get(table, []):
-        taken = {tuple(k[c] for c in rule["key"]) for k in tables.get(rule["table"], TablePatch(key_columns=rule["key"])).hide}
+        taken = {
+            tuple(k[c] for c in rule["key"])
+            for k in tables.get(rule["table"], TablePatch(key_columns=rule["key"])).hide
+        }
         for old, new in zip(before, after):
             changed = {e: s for e, s in rule["columns"].items() if old.get(e) != new.get(e)}
-            for sibling in (matching_rows(con, rule, old) if changed else []):
+            for sibling in matching_rows(con, rule, old) if changed else []:
                 key = tuple(sibling[c] for c in rule["key"])
                 if key in taken:
                     continue
@@ -59,15 +64,27 @@ def sibling_patch(con, table: str, before: list[dict], after: list[dict], patche
                 target = tables.setdefault(rule["table"], TablePatch(key_columns=rule["key"]))
                 if replace:
                     target.hide.append({c: sibling[c] for c in rule["key"]})
-                target.add.append({**sibling, **{s: _alike(sibling[s], old[e], new[e])
-                                                 for e, targets in changed.items() for s in _listed(targets)}})
+                target.add.append(
+                    {
+                        **sibling,
+                        **{
+                            s: _alike(sibling[s], old[e], new[e])
+                            for e, targets in changed.items()
+                            for s in _listed(targets)
+                        },
+                    }
+                )
     return Patch(tables=tables, slots=patched.slots)
 
 
 def witnessed(con, table: str, rows: list[dict]) -> bool:
     """Some row's encounter has rows near its time in a table that may record the same event another way."""
-    return any(_near(rule.get("near"), row, sibling) for rule in sibling_rules().get("witnesses", {}).get(table, [])
-               for row in rows for sibling in matching_rows(con, rule, row))
+    return any(
+        _near(rule.get("near"), row, sibling)
+        for rule in sibling_rules().get("witnesses", {}).get(table, [])
+        for row in rows
+        for sibling in matching_rows(con, rule, row)
+    )
 
 
 def _near(near: dict | None, row: dict, sibling: dict) -> bool:

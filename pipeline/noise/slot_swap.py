@@ -38,8 +38,13 @@ def empty_answer(template: Template) -> pl.DataFrame:
     return pl.DataFrame({c: [] for c in ["value", *template.spec.answer.records]})
 
 
-def swapped_twin(template: Template, task: CleanTask, changed: dict[str, Any], inspect: dict[str, Any],
-                 guard: tuple[str, str, Any] | None = None) -> NoisyTwin:
+def swapped_twin(
+    template: Template,
+    task: CleanTask,
+    changed: dict[str, Any],
+    inspect: dict[str, Any],
+    guard: tuple[str, str, Any] | None = None,
+) -> NoisyTwin:
     """Abstain twin whose reference is the gold program with the changed slots. With `guard` = (table,
     column, value), both references also abstain unless the concept `value`, in any spelling, occurs in
     `table.column` (the careful reader's dictionary look-up, which a count template otherwise answers with 0)."""
@@ -57,6 +62,11 @@ def swapped_twin(template: Template, task: CleanTask, changed: dict[str, Any], i
             known = tables.whole()[table].filter(concept_is(column, value)).select(pl.len()).collect().item()
             return gold(tables, slots) if known else empty_answer(template)
 
-    return NoisyTwin(patch=Patch(slots=changed), contract="abstain", expected=AnswerValue(value=None),
-                     reference_sql=sql, reference_python=reference_python, inspect=inspect)
-
+    return NoisyTwin(
+        patch=Patch(slots=changed),
+        contract="abstain",
+        expected=AnswerValue(value=None),
+        reference_sql=sql,
+        reference_python=reference_python,
+        inspect=inspect,
+    )

@@ -15,7 +15,16 @@ from pipeline.noise.overlay import overlay, source_catalog
 from pipeline.noise.patch import Patch
 from pipeline.noise.rules import time_step
 
-ID_COLUMNS = ("labevent_id", "microevent_id", "orderid", "pharmacy_id", "specimen_id", "subject_id", "hadm_id", "stay_id")
+ID_COLUMNS = (
+    "labevent_id",
+    "microevent_id",
+    "orderid",
+    "pharmacy_id",
+    "specimen_id",
+    "subject_id",
+    "hadm_id",
+    "stay_id",
+)
 ENTITY_TABLES = {"subject_id": "patients", "hadm_id": "admissions", "stay_id": "icustays"}
 
 
@@ -35,7 +44,9 @@ def precision_tells(con, table: str, rows: list[dict]) -> list[str]:
             found.append(f"{table}: {number} has more decimals than item {row[facts.item]}'s real rows ({real.number})")
         text = row.get(facts.text) if facts.text else None
         if text is not None and _is_number(text) and _shown(text) != real.text:
-            found.append(f"{table}: text {text!r} shows {_shown(text)} decimals, item {row[facts.item]}'s rows {real.text}")
+            found.append(
+                f"{table}: text {text!r} shows {_shown(text)} decimals, item {row[facts.item]}'s rows {real.text}"
+            )
     return found
 
 
@@ -71,16 +82,32 @@ def _one_id_tells(con, source: str, column: str, value: int, subject_id) -> list
     if subject_id is not None and is_blocked(con, source, column):
         block = first_row(con, f"SELECT min({column}), max({column}) FROM {source} WHERE subject_id = ?", [subject_id])
         gap = max(block[0] - value, value - block[1], 0) if block[0] is not None else None
-        widest = scalar(con, f"SELECT max(d) FROM (SELECT {column} - lag({column}) OVER (PARTITION BY subject_id "
-                             f"ORDER BY {column}) d FROM {source})")
-        return [] if gap is not None and gap <= widest else [f"{source}.{column} {value} is {gap} from its patient's block"]
+        widest = scalar(
+            con,
+            f"SELECT max(d) FROM (SELECT {column} - lag({column}) OVER (PARTITION BY subject_id "
+            f"ORDER BY {column}) d FROM {source})",
+        )
+        return (
+            []
+            if gap is not None and gap <= widest
+            else [f"{source}.{column} {value} is {gap} from its patient's block"]
+        )
     nearest = scalar(con, f"SELECT min(abs({column} - ?)) FROM {source}", [value])
-    typical = scalar(con, f"SELECT quantile_cont(d, 0.01) FROM (SELECT {column} - lag({column}) OVER (ORDER BY {column}) d "
-                          f"FROM (SELECT DISTINCT {column} FROM {source})) WHERE d > 0")
-    return [] if nearest >= typical / 2 else [f"{source}.{column} {value} is {nearest} from a used id (real: >= {typical})"]
+    typical = scalar(
+        con,
+        f"SELECT quantile_cont(d, 0.01) FROM (SELECT {column} - lag({column}) OVER (ORDER BY {column}) d "
+        f"FROM (SELECT DISTINCT {column} FROM {source})) WHERE d > 0",
+    )
+    return (
+        []
+        if nearest >= typical / 2
+        else [f"{source}.{column} {value} is {nearest} from a used id (real: >= {typical})"]
+    )
 
 
-def time_tells(con, source: str, pairs: list[tuple[dict, dict]], inherited: frozenset[float] = frozenset()) -> list[str]:
+def time_tells(
+    con, source: str, pairs: list[tuple[dict, dict]], inherited: frozenset[float] = frozenset()
+) -> list[str]:
     """Each (added row, the source row it sits after): a changed time keeps the column's granularity and is
     not moved by a whole number of hours unless the column's real times are all on the hour, or the shift is one an
     hourly time of the same patch moved by (`inherited`: an order's entry time follows its start on the hour, so
@@ -106,8 +133,12 @@ def code_tells(con, table: str, source: str, rows: list[dict]) -> list[str]:
     found = []
     for row in rows:
         sex = scalar(con, "SELECT gender FROM patients WHERE subject_id = ?", [row["subject_id"]])
-        seen = scalar(con, f"SELECT count(*) FROM {source} c JOIN patients p USING (subject_id) WHERE c.icd_code = ? "
-                           f"AND c.icd_version = ? AND p.gender = ?", [row["icd_code"], row["icd_version"], sex])
+        seen = scalar(
+            con,
+            f"SELECT count(*) FROM {source} c JOIN patients p USING (subject_id) WHERE c.icd_code = ? "
+            f"AND c.icd_version = ? AND p.gender = ?",
+            [row["icd_code"], row["icd_version"], sex],
+        )
         if not fits(table, row["icd_version"], sex, row["icd_code"]) or not seen:
             found.append(f"{table}: code {row['icd_code']} does not fit a patient of sex {sex}")
     return found
@@ -117,13 +148,20 @@ def order_tells(con, source: str, table: str, view: str | None = None) -> list[s
     """Under an active overlay: a patient's patched rows are not all returned after the record's own rows
     (unless the rows they alter or duplicate are the patient's last). `view`: the relation to scan."""
     view, found = view or table, []
-    added = con.execute(f"SELECT DISTINCT subject_id, max(__pos) FROM temp.main.__add_{table} GROUP BY 1 ORDER BY 1").fetchall()
+    added = con.execute(
+        f"SELECT DISTINCT subject_id, max(__pos) FROM temp.main.__add_{table} GROUP BY 1 ORDER BY 1"
+    ).fetchall()
     for subject, anchor in added:
-        flags = [r[0] for r in con.execute(
-            f"SELECT v IN (SELECT a FROM (SELECT * EXCLUDE (__pos, __sub) FROM temp.main.__add_{table}) a) "
-            f"FROM {view} v WHERE subject_id = ?", [subject]).fetchall()]
+        flags = [
+            r[0]
+            for r in con.execute(
+                f"SELECT v IN (SELECT a FROM (SELECT * EXCLUDE (__pos, __sub) FROM temp.main.__add_{table}) a) "
+                f"FROM {view} v WHERE subject_id = ?",
+                [subject],
+            ).fetchall()
+        ]
         last_source = scalar(con, f"SELECT max(rowid) FROM {source} WHERE subject_id = ?", [subject])
-        tail = flags[len(flags) - sum(flags):]
+        tail = flags[len(flags) - sum(flags) :]
         if sum(flags) and all(tail) and len(flags) > sum(flags) and anchor != last_source:
             found.append(f"{table}: patient {subject}'s patched rows come back last")
     return found
@@ -137,8 +175,11 @@ def patch_tells(con, patch: Patch) -> list[str]:
             found += id_tells(con, ENTITY_TABLES[slot], ENTITY_TABLES[slot], [{slot: value}])
     with overlay(con, patch):
         anchored = {table: _with_anchor(con, f'"{catalog}".main.{table}', table) for table in patch.touched_tables}
-        inherited = frozenset(shift for table, pairs in anchored.items()
-                              for shift in _hourly_shifts(con, f'"{catalog}".main.{table}', pairs))
+        inherited = frozenset(
+            shift
+            for table, pairs in anchored.items()
+            for shift in _hourly_shifts(con, f'"{catalog}".main.{table}', pairs)
+        )
         for table in patch.touched_tables:
             source, added = f'"{catalog}".main.{table}', patch.tables[table].add
             found += precision_tells(con, table, added) + id_tells(con, source, table, added)
@@ -149,9 +190,15 @@ def patch_tells(con, patch: Patch) -> list[str]:
 
 def _hourly_shifts(con, source: str, pairs: list[tuple[dict, dict]]) -> list[float]:
     """Seconds by which the patch moved a time of a column whose real times are on the hour."""
-    return [(value - original[column]).total_seconds() for added, original in pairs for column, value in added.items()
-            if isinstance(value, dt.datetime) and isinstance(original.get(column), dt.datetime)
-            and value != original[column] and time_step(con, source, column) >= 3600]
+    return [
+        (value - original[column]).total_seconds()
+        for added, original in pairs
+        for column, value in added.items()
+        if isinstance(value, dt.datetime)
+        and isinstance(original.get(column), dt.datetime)
+        and value != original[column]
+        and time_step(con, source, column) >= 3600
+    ]
 
 
 def _with_anchor(con, source: str, table: str) -> list[tuple[dict, dict]]:

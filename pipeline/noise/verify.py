@@ -25,7 +25,11 @@ from pipeline.templates.render import render
 from pipeline.templates.spec import AnswerType, Template
 
 # Words that would tell the agent what the noise is; a noisy question may not add any of them.
-REVEALING = re.compile(r"\b(missing|null|empty|duplicat\w*|conflict\w*|implausible|impossible|invalid|error|placeholder|wrong unit|nonexist\w*)\b", re.I)
+REVEALING = re.compile(
+    r"\b(missing|null|empty|duplicat\w*|conflict\w*|implausible|impossible|invalid|error|placeholder|wrong unit"
+    r"|nonexist\w*)\b",
+    re.I,
+)
 
 
 class NoisePair(BaseModel):
@@ -67,7 +71,9 @@ def _reads_alike(naive: AnswerValue, expected: AnswerValue, template: Template) 
     return _same(naive.model_copy(update={"unit": expected.unit}), expected, template)
 
 
-def _check_references(con, tables: Tables, twin: NoisyTwin, template: Template, slots: dict, expected: AnswerValue | None, where: str) -> AnswerValue:
+def _check_references(
+    con, tables: Tables, twin: NoisyTwin, template: Template, slots: dict, expected: AnswerValue | None, where: str
+) -> AnswerValue:
     """Both reference programs must give `expected`; with None (a repair) they must agree on an answer."""
     sql_answer = _answer(lambda: con.sql(twin.reference_sql).pl(), template, f"reference_sql_error_{where}")
     if expected is None:
@@ -76,7 +82,9 @@ def _check_references(con, tables: Tables, twin: NoisyTwin, template: Template, 
         expected = sql_answer
     if not _same(sql_answer, expected, template):
         raise Rejected(f"reference_sql_differs_{where}")
-    python_answer = _answer(lambda: twin.reference_python(tables, dict(slots)), template, f"reference_python_error_{where}")
+    python_answer = _answer(
+        lambda: twin.reference_python(tables, dict(slots)), template, f"reference_python_error_{where}"
+    )
     if not _same(python_answer, expected, template):
         raise Rejected(f"reference_python_differs_{where}")
     return expected
@@ -124,9 +132,18 @@ def _matched_rows(con, patch: Patch) -> dict[str, int]:
     return counts
 
 
-def verify_pair(con: duckdb.DuckDBPyConnection, tables: Tables, task: CleanTask, template: Template, subtype: NoiseSubtype, seed: int) -> NoisePair:
+def verify_pair(
+    con: duckdb.DuckDBPyConnection,
+    tables: Tables,
+    task: CleanTask,
+    template: Template,
+    subtype: NoiseSubtype,
+    seed: int,
+) -> NoisePair:
     """Build and verify one pair on the source `con`; raise Rejected(reason) when any check fails."""
-    rng = np.random.default_rng([seed, int(hashlib.sha256(f"{task.task_id}/{subtype.name}".encode()).hexdigest()[:12], 16)])
+    rng = np.random.default_rng(
+        [seed, int(hashlib.sha256(f"{task.task_id}/{subtype.name}".encode()).hexdigest()[:12], 16)]
+    )
     twin = subtype.make(con, task, template, rng)
     slots = typed_slots(template, {**task.slots, **twin.patch.slots})
     tables = tables_for(tables, template, slots)  # patient questions: that patient's rows only
@@ -148,8 +165,18 @@ def verify_pair(con: duckdb.DuckDBPyConnection, tables: Tables, task: CleanTask,
         raise Rejected("no_divergence")  # the noise did not change what a naive reading answers
     trap = naive is not None and not is_empty(naive) and not _reads_alike(naive, expected, template)
     return NoisePair(
-        pair_id=f"{task.task_id}-{subtype.name}", subtype=subtype.name, subtype_version=subtype.version,
-        level=subtype.level, contract=twin.contract, clean=task, noisy_question=question,
-        noisy_slots={**task.slots, **twin.patch.slots}, patch=twin.patch, expected=expected,
-        reference_sql=twin.reference_sql, naive_answer=naive, trap=trap, inspect=twin.inspect,
+        pair_id=f"{task.task_id}-{subtype.name}",
+        subtype=subtype.name,
+        subtype_version=subtype.version,
+        level=subtype.level,
+        contract=twin.contract,
+        clean=task,
+        noisy_question=question,
+        noisy_slots={**task.slots, **twin.patch.slots},
+        patch=twin.patch,
+        expected=expected,
+        reference_sql=twin.reference_sql,
+        naive_answer=naive,
+        trap=trap,
+        inspect=twin.inspect,
     )

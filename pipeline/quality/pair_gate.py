@@ -29,8 +29,9 @@ def completeness_frame(tasks: list[TaskRecord], labels: list[LabelRecord], patch
     visible, patched = {t.task_id: t for t in tasks}, defaultdict(int)
     for patch in patches:
         patched[patch.pair_id] += 1
-    rows: dict[str, dict] = defaultdict(lambda: {"n_clean": 0, "n_noise": 0, "splits": set(), "n_visible": 0,
-                                                 "clean_answered": True, "formats": set()})
+    rows: dict[str, dict] = defaultdict(
+        lambda: {"n_clean": 0, "n_noise": 0, "splits": set(), "n_visible": 0, "clean_answered": True, "formats": set()}
+    )
     for lab in labels:
         row = rows[lab.pair_id]
         row[f"n_{lab.condition}"] += 1
@@ -40,11 +41,19 @@ def completeness_frame(tasks: list[TaskRecord], labels: list[LabelRecord], patch
             row["formats"].add(repr(visible[lab.task_id].answer_format))
         if lab.condition == "clean":
             row["clean_answered"] = lab.expected.value not in (None, [])
-    return pd.DataFrame([{"pair_id": p, **{k: v for k, v in r.items() if k not in ("splits", "formats")},
-                          "n_splits": len(r["splits"]), "n_patches": patched[p], "n_formats": len(r["formats"])}
-                         for p, r in sorted(rows.items())],
-                        columns=["pair_id", "n_clean", "n_noise", "n_visible", "clean_answered", "n_splits", "n_patches",
-                                 "n_formats"])
+    return pd.DataFrame(
+        [
+            {
+                "pair_id": p,
+                **{k: v for k, v in r.items() if k not in ("splits", "formats")},
+                "n_splits": len(r["splits"]),
+                "n_patches": patched[p],
+                "n_formats": len(r["formats"]),
+            }
+            for p, r in sorted(rows.items())
+        ],
+        columns=["pair_id", "n_clean", "n_noise", "n_visible", "clean_answered", "n_splits", "n_patches", "n_formats"],
+    )
 
 
 def balance_frame(labels: list[LabelRecord]) -> pd.DataFrame:
@@ -60,7 +69,9 @@ def patients_frame(labels: list[LabelRecord]) -> pd.DataFrame:
     for lab in labels:
         if lab.subject_id is not None:
             splits[lab.subject_id].add(lab.split)
-    return pd.DataFrame([{"subject_id": s, "n_splits": len(v)} for s, v in sorted(splits.items())], columns=["subject_id", "n_splits"])
+    return pd.DataFrame(
+        [{"subject_id": s, "n_splits": len(v)} for s, v in sorted(splits.items())], columns=["subject_id", "n_splits"]
+    )
 
 
 def overlays_frame(con: duckdb.DuckDBPyConnection, patches: list[PatchRecord]) -> pd.DataFrame:
@@ -71,18 +82,32 @@ def overlays_frame(con: duckdb.DuckDBPyConnection, patches: list[PatchRecord]) -
             for table in record.patch.touched_tables:
                 view = con.sql(f"DESCRIBE {table}").fetchall()
                 source = con.sql(f'DESCRIBE "{catalog}".main.{table}').fetchall()
-                rows.append({"pair_id": record.pair_id, "table": table,
-                             "schema_matches": [r[:2] for r in view] == [r[:2] for r in source]})
+                rows.append(
+                    {
+                        "pair_id": record.pair_id,
+                        "table": table,
+                        "schema_matches": [r[:2] for r in view] == [r[:2] for r in source],
+                    }
+                )
     return pd.DataFrame(rows, columns=["pair_id", "table", "schema_matches"])
 
 
-def gate_release(tasks: list[TaskRecord], labels: list[LabelRecord], patches: list[PatchRecord],
-                 con: duckdb.DuckDBPyConnection, suites: Path = SUITES) -> GateReport:
+def gate_release(
+    tasks: list[TaskRecord],
+    labels: list[LabelRecord],
+    patches: list[PatchRecord],
+    con: duckdb.DuckDBPyConnection,
+    suites: Path = SUITES,
+) -> GateReport:
     """Validate everything a release would publish; raise GateFailed (with the report) when a rule fails."""
     frames = {
         "tasks": pd.DataFrame([t.model_dump() for t in tasks], columns=list(TaskRecord.model_fields)),
-        "labels": pd.DataFrame([lab.model_dump(include={"task_id", "condition", "contract", "level", "pair_id", "reference_sql"})
-                                for lab in labels]),
+        "labels": pd.DataFrame(
+            [
+                lab.model_dump(include={"task_id", "condition", "contract", "level", "pair_id", "reference_sql"})
+                for lab in labels
+            ]
+        ),
         "completeness": completeness_frame(tasks, labels, patches),
         "test_balance": balance_frame(labels),
         "patients": patients_frame(labels),

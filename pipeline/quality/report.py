@@ -31,9 +31,12 @@ def print_gate_report(report: GateReport, console: Console) -> None:
             if o.exception:
                 note = f"tolerated up to {o.exception['max_unexpected_percent']}%: {o.exception['reason'][:80]}..."
             details.add_row(
-                suite.suite, o.rule, _STATUS[o.status],
+                suite.suite,
+                o.rule,
+                _STATUS[o.status],
                 f"{o.unexpected_count:,} of {o.element_count:,} ({o.unexpected_percent:.2f}%)",
-                ", ".join(map(str, o.sample[:5])), note,
+                ", ".join(map(str, o.sample[:5])),
+                note,
             )
     if details.row_count:
         console.print(details)

@@ -46,7 +46,9 @@ def check_query(table: Table, columns: list[str]) -> str:
             on = " AND ".join(f"t.{c} = {alias}.k{i}" for i, c in enumerate(fk.columns))
             joins.append(f"LEFT JOIN (SELECT DISTINCT {ref} FROM {fk.references}) {alias} ON {on}")
             child_null = " OR ".join(f"t.{c} IS NULL" for c in fk.columns)
-            select.append(f"CASE WHEN NOT ({child_null} OR {alias}.k0 IS NOT NULL) THEN {_key_text('t', fk.columns)} END AS {name}")
+            select.append(
+                f"CASE WHEN NOT ({child_null} OR {alias}.k0 IS NOT NULL) THEN {_key_text('t', fk.columns)} END AS {name}"
+            )
         elif name in table.column_names:
             select.append(f"t.{name}")
         else:
@@ -93,7 +95,9 @@ def validate_source(
         raise FileNotFoundError(f"{db_path}: no such database file")
     con = duckdb.connect(str(db_path), read_only=True)
     try:
-        present = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
+        present = {
+            r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()
+        }
         reports = []
         for name, table in schema.items():
             if name not in present:

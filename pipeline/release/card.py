@@ -12,13 +12,21 @@ SPLITS = ("train", "test")
 
 def _header(version: str) -> str:
     configs = [
-        {"config_name": name, "default": name == "tasks",
-         "data_files": [{"split": split, "path": f"{name}/{split}.parquet"} for split in SPLITS]}
+        {
+            "config_name": name,
+            "default": name == "tasks",
+            "data_files": [{"split": split, "path": f"{name}/{split}.parquet"} for split in SPLITS],
+        }
         for name in ("tasks", "labels")
     ]
-    meta = {"license": "odbl", "pretty_name": f"EHR-RobustGym {version}", "language": ["en"],
-            "task_categories": ["question-answering", "table-question-answering"],
-            "tags": ["ehr", "mimic-iv", "robustness", "noise", "text-to-sql", "clinical"], "configs": configs}
+    meta = {
+        "license": "odbl",
+        "pretty_name": f"EHR-RobustGym {version}",
+        "language": ["en"],
+        "task_categories": ["question-answering", "table-question-answering"],
+        "tags": ["ehr", "mimic-iv", "robustness", "noise", "text-to-sql", "clinical"],
+        "configs": configs,
+    }
     return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
 
 
@@ -45,9 +53,9 @@ and its noisy twin, whose record (or question) was altered so that the answer is
 NULL: abstain) or must be repaired (invalid records excluded). Every pair was verified by executing reference SQL and
 reference Python on the clean data and on a copy-on-write overlay of the noisy data.
 
-- pairs: {len(noise)} ({splits['train']} train, {splits['test']} test); tasks: {2 * len(noise)}
-- source: `{source['database']}` ({source['patients']:,} patients), fingerprint `{source['fingerprint']}`
-- seed {manifest['seed']}; built by ehrgym {manifest['ehrgym_version']}
+- pairs: {len(noise)} ({splits["train"]} train, {splits["test"]} test); tasks: {2 * len(noise)}
+- source: `{source["database"]}` ({source["patients"]:,} patients), fingerprint `{source["fingerprint"]}`
+- seed {manifest["seed"]}; built by ehrgym {manifest["ehrgym_version"]}
 
 ## Pairs by intent, scope and noise level
 

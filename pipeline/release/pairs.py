@@ -69,11 +69,12 @@ def _pairs_of_chunk(tasks: list[CleanTask]) -> tuple[dict[str, list[NoisePair]],
 
 def _parallel_pairs(db_path, tasks, templates, subtypes, seed, on_task, workers):
     """Chunks in task order through a spawn-started pool; results merged in submission order."""
-    chunks = [tasks[i:i + CHUNK] for i in range(0, len(tasks), CHUNK)]
+    chunks = [tasks[i : i + CHUNK] for i in range(0, len(tasks), CHUNK)]
     verified, rejected, done = {}, Counter(), 0
     context = multiprocessing.get_context("spawn")  # no fork of a process holding DuckDB threads
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                             initargs=(db_path, templates, subtypes, seed)) as pool:
+    with ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_start_worker, initargs=(db_path, templates, subtypes, seed)
+    ) as pool:
         for chunk, (chunk_verified, chunk_rejected) in zip(chunks, pool.map(_pairs_of_chunk, chunks), strict=True):
             verified.update(chunk_verified)
             rejected.update(chunk_rejected)

@@ -11,8 +11,8 @@ import polars as pl
 
 from pipeline.atomic import atomic_output
 from pipeline.release.card import SPLITS, dataset_card
-from pipeline.release.report import release_report
 from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord
+from pipeline.release.report import release_report
 from pipeline.release.scoring import write_scoring
 from pipeline.templates.spec import Template
 
@@ -21,7 +21,10 @@ ANSWER_FORMAT = pl.Struct({"type": pl.String, "unit": pl.String, "ordered": pl.B
 TASK_SCHEMA = {name: pl.String for name in TaskRecord.model_fields} | {"answer_format": ANSWER_FORMAT}
 LABEL_SCHEMA = {
     **{name: pl.String for name in LabelRecord.model_fields if name not in JSON_FIELDS},
-    "template_version": pl.Int64, "subtype_version": pl.Int64, "subject_id": pl.Int64, "trap": pl.Boolean,
+    "template_version": pl.Int64,
+    "subtype_version": pl.Int64,
+    "subject_id": pl.Int64,
+    "trap": pl.Boolean,
     **{f"{name}_json": pl.String for name in JSON_FIELDS},
 }
 
@@ -39,11 +42,18 @@ def _parquet(path: Path, rows: list[dict[str, Any]], schema: dict[str, Any]) -> 
 
 def _write_parquets(root: Path, tasks: list[TaskRecord], labels: list[LabelRecord]) -> None:
     for split in SPLITS:
-        _parquet(root / "tasks" / f"{split}.parquet", [t.model_dump(mode="json") for t in tasks if t.split == split], TASK_SCHEMA)
+        _parquet(
+            root / "tasks" / f"{split}.parquet",
+            [t.model_dump(mode="json") for t in tasks if t.split == split],
+            TASK_SCHEMA,
+        )
         rows = [
-            {(f"{k}_json" if k in JSON_FIELDS else k): (json.dumps(v, sort_keys=True) if k in JSON_FIELDS else v)
-             for k, v in lab.model_dump(mode="json").items()}
-            for lab in labels if lab.split == split
+            {
+                (f"{k}_json" if k in JSON_FIELDS else k): (json.dumps(v, sort_keys=True) if k in JSON_FIELDS else v)
+                for k, v in lab.model_dump(mode="json").items()
+            }
+            for lab in labels
+            if lab.split == split
         ]
         _parquet(root / "labels" / f"{split}.parquet", rows, LABEL_SCHEMA)
 
@@ -52,13 +62,23 @@ def file_hashes(root: Path) -> dict[str, dict[str, Any]]:
     """sha256 and size of every file under root except the manifest, by relative path."""
     out = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != "manifest.json"):
-        out[path.relative_to(root).as_posix()] = {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "bytes": path.stat().st_size}
+        out[path.relative_to(root).as_posix()] = {
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "bytes": path.stat().st_size,
+        }
     return out
 
 
 def publish_release(
-    releases_dir: Path, version: str, tasks: list[TaskRecord], labels: list[LabelRecord], patches: list[PatchRecord],
-    manifest: dict[str, Any], extras: dict[str, str] | None = None, *, templates: list[Template],
+    releases_dir: Path,
+    version: str,
+    tasks: list[TaskRecord],
+    labels: list[LabelRecord],
+    patches: list[PatchRecord],
+    manifest: dict[str, Any],
+    extras: dict[str, str] | None = None,
+    *,
+    templates: list[Template],
 ) -> Path:
     """Write `releases_dir/version` whole, or not at all; an existing version is never touched.
     `extras` are further text files (e.g. the gate report) written into the release and hashed; `templates` are

@@ -80,26 +80,63 @@ def opaque_id(pair_id: str, condition: str) -> str:
 def records_of(pair: NoisePair, split: str, spec: Answer) -> tuple[list[TaskRecord], list[LabelRecord], PatchRecord]:
     """The clean and the noisy task of a pair (one answer format, from the template's Answer `spec`), their
     labels and the patch."""
-    clean, common = pair.clean, {
-        "pair_id": pair.pair_id, "split": split, "template_id": pair.clean.template_id,
-        "template_version": pair.clean.template_version, "intent": pair.clean.intent, "scope": pair.clean.scope,
-        "level": pair.level, "subtype": pair.subtype, "subtype_version": pair.subtype_version,
-        "subject_id": subject_of(pair),
+    clean, common = (
+        pair.clean,
+        {
+            "pair_id": pair.pair_id,
+            "split": split,
+            "template_id": pair.clean.template_id,
+            "template_version": pair.clean.template_version,
+            "intent": pair.clean.intent,
+            "scope": pair.clean.scope,
+            "level": pair.level,
+            "subtype": pair.subtype,
+            "subtype_version": pair.subtype_version,
+            "subject_id": subject_of(pair),
+        },
+    )
+    common |= {
+        "evidence_sql": clean.evidence_sql,
+        "evidence_rows": len(clean.evidence),
+        "evidence": clean.evidence if len(clean.evidence) <= EVIDENCE_INLINE_MAX else None,
     }
-    common |= {"evidence_sql": clean.evidence_sql, "evidence_rows": len(clean.evidence),
-               "evidence": clean.evidence if len(clean.evidence) <= EVIDENCE_INLINE_MAX else None}
     ids = {c: opaque_id(pair.pair_id, c) for c in ("clean", "noise")}
-    visible = {"scope": clean.scope, "intent": clean.intent, "split": split, "answer_format": answer_format(spec, clean.answer)}
+    visible = {
+        "scope": clean.scope,
+        "intent": clean.intent,
+        "split": split,
+        "answer_format": answer_format(spec, clean.answer),
+    }
     tasks = [
         TaskRecord(task_id=ids["clean"], question=clean.question, **visible),
         TaskRecord(task_id=ids["noise"], question=pair.noisy_question, **visible),
     ]
     labels = [
-        LabelRecord(task_id=ids["clean"], condition="clean", contract="answer", slots=clean.slots, gold_sql=clean.gold_sql,
-                    reference_sql=clean.gold_sql, expected=clean.answer, inspect=None,
-                    naive_answer=None, trap=None, **common),
-        LabelRecord(task_id=ids["noise"], condition="noise", contract=pair.contract, slots=pair.noisy_slots,
-                    gold_sql=clean.gold_sql, reference_sql=pair.reference_sql, expected=pair.expected,
-                    inspect=pair.inspect, naive_answer=pair.naive_answer, trap=pair.trap, **common),
+        LabelRecord(
+            task_id=ids["clean"],
+            condition="clean",
+            contract="answer",
+            slots=clean.slots,
+            gold_sql=clean.gold_sql,
+            reference_sql=clean.gold_sql,
+            expected=clean.answer,
+            inspect=None,
+            naive_answer=None,
+            trap=None,
+            **common,
+        ),
+        LabelRecord(
+            task_id=ids["noise"],
+            condition="noise",
+            contract=pair.contract,
+            slots=pair.noisy_slots,
+            gold_sql=clean.gold_sql,
+            reference_sql=pair.reference_sql,
+            expected=pair.expected,
+            inspect=pair.inspect,
+            naive_answer=pair.naive_answer,
+            trap=pair.trap,
+            **common,
+        ),
     ]
     return tasks, labels, PatchRecord(pair_id=pair.pair_id, noise_task_id=ids["noise"], patch=pair.patch)

@@ -10,7 +10,8 @@ import jinja2
 
 from pipeline.report_style import REPORT_CSS
 
-TEMPLATE = jinja2.Template("""<!doctype html>
+TEMPLATE = jinja2.Template(
+    """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>EHR-RobustGym release {{ version }}</title>
 <style>
 {{ css|safe }}</style></head><body>
@@ -39,7 +40,10 @@ answer. Contracts: abstain (expected NULL) or repair (the answer over the valid 
 <table><tr><th>sub-type</th><th>reason</th><th>count</th></tr>
 {% for (s, r), n in rejections %}<tr><td>{{ s }}</td><td>{{ r }}</td><td>{{ n }}</td></tr>{% endfor %}</table>
 </body></html>
-""", undefined=jinja2.StrictUndefined, autoescape=True)
+""",
+    undefined=jinja2.StrictUndefined,
+    autoescape=True,
+)
 
 
 def release_report(version: str, manifest: dict[str, Any], labels: list[dict[str, Any]]) -> str:
@@ -53,11 +57,19 @@ def release_report(version: str, manifest: dict[str, Any], labels: list[dict[str
         _, subtype, reason = key.split("/", 2)
         rejected[(subtype, reason)] += count
     facts = {
-        "version": version, "published": len(noise), "verified": manifest["pairs"]["verified"],
-        "clean_tasks": manifest["clean_tasks"]["kept"], "seed": manifest["seed"],
-        "splits": sorted({lab["split"] for lab in noise}), "intents": intents, "subtypes": subtypes, "cells": cells,
-        "row_totals": Counter(lab["intent"] for lab in noise), "split_cells": sorted({c for _, c in by_split}),
-        "by_split": by_split, "per_subtype": Counter(lab["subtype"] for lab in noise),
+        "version": version,
+        "published": len(noise),
+        "verified": manifest["pairs"]["verified"],
+        "clean_tasks": manifest["clean_tasks"]["kept"],
+        "seed": manifest["seed"],
+        "splits": sorted({lab["split"] for lab in noise}),
+        "intents": intents,
+        "subtypes": subtypes,
+        "cells": cells,
+        "row_totals": Counter(lab["intent"] for lab in noise),
+        "split_cells": sorted({c for _, c in by_split}),
+        "by_split": by_split,
+        "per_subtype": Counter(lab["subtype"] for lab in noise),
         "traps": Counter(lab["subtype"] for lab in noise if lab["trap"]),
         "contracts": Counter((lab["subtype"], lab["contract"]) for lab in noise),
         "rejections": sorted(rejected.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1])),
@@ -68,7 +80,9 @@ def release_report(version: str, manifest: dict[str, Any], labels: list[dict[str
 def _figures(facts: dict[str, Any]) -> dict[str, str]:
     from pipeline.release import report_plots  # matplotlib loads only when a release is written
 
-    return {"cells": report_plots.cell_heatmap(facts["intents"], facts["subtypes"], facts["cells"]),
-            "splits": report_plots.split_bars(facts["splits"], facts["split_cells"], facts["by_split"]),
-            "traps": report_plots.trap_bars(facts["subtypes"], facts["per_subtype"], facts["traps"]),
-            "rejections": report_plots.rejection_bars(facts["rejections"])}
+    return {
+        "cells": report_plots.cell_heatmap(facts["intents"], facts["subtypes"], facts["cells"]),
+        "splits": report_plots.split_bars(facts["splits"], facts["split_cells"], facts["by_split"]),
+        "traps": report_plots.trap_bars(facts["subtypes"], facts["per_subtype"], facts["traps"]),
+        "rejections": report_plots.rejection_bars(facts["rejections"]),
+    }

@@ -26,8 +26,12 @@ def split_bars(splits: list[str], cells: list[str], counts: Counter) -> str:
     fig, ax = plt.subplots(figsize=(1.5 + 0.9 * len(cells), 3.2))
     width = 0.8 / max(len(splits), 1)
     for i, split in enumerate(splits):
-        ax.bar([j + (i - (len(splits) - 1) / 2) * width for j in range(len(cells))],
-               [counts[(split, c)] for c in cells], width, label=split)
+        ax.bar(
+            [j + (i - (len(splits) - 1) / 2) * width for j in range(len(cells))],
+            [counts[(split, c)] for c in cells],
+            width,
+            label=split,
+        )
     ax.set_xticks(range(len(cells)), cells, rotation=30, ha="right")
     ax.set_ylabel("pairs")
     ax.legend(fontsize=8)

@@ -28,11 +28,16 @@ def rule_version() -> int:
 def used_templates(templates: list[Template], used: dict[str, int]) -> list[Template]:
     """The templates the labels use (`used`: id -> version), in id order; a missing or other version raises."""
     by_id = {t.id: t for t in templates}
-    wrong = [f"{i} v{v} (have {'none' if i not in by_id else f'v{by_id[i].spec.version}'})"
-             for i, v in sorted(used.items()) if i not in by_id or by_id[i].spec.version != v]
+    wrong = [
+        f"{i} v{v} (have {'none' if i not in by_id else f'v{by_id[i].spec.version}'})"
+        for i, v in sorted(used.items())
+        if i not in by_id or by_id[i].spec.version != v
+    ]
     if wrong:
-        raise ValueError(f"the labels use templates the build's registry does not hold at their version: "
-                         f"{', '.join(wrong)}; did the templates change during the build?")
+        raise ValueError(
+            f"the labels use templates the build's registry does not hold at their version: "
+            f"{', '.join(wrong)}; did the templates change during the build?"
+        )
     return [by_id[i] for i in sorted(used)]
 
 
@@ -48,8 +53,7 @@ def write_scoring(root: Path, templates: list[Template], used: dict[str, int]) -
     tables = [name for name in VERIFIER_TABLES if resources.files("pipeline.env").joinpath(name).is_file()]
     for name in tables:
         (folder / name).write_bytes(resources.files("pipeline.env").joinpath(name).read_bytes())
-    entry = {"rule_version": rule_version(), "tables": tables,
-             "templates": {t.id: t.spec.version for t in chosen}}
+    entry = {"rule_version": rule_version(), "tables": tables, "templates": {t.id: t.spec.version for t in chosen}}
     (folder / RULES).write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
     return entry
 
@@ -74,8 +78,10 @@ def scoring_drift(root: Path) -> list[str]:
         return [f"{root}: published before scoring/; templates come from the registry (same version required)"]
     recorded, notes = json.loads(path.read_text()), []
     if recorded.get("rule_version") != rule_version():
-        notes.append(f"the release was published with verifier rules v{recorded.get('rule_version')}, "
-                     f"this checkout scores with v{rule_version()}")
+        notes.append(
+            f"the release was published with verifier rules v{recorded.get('rule_version')}, "
+            f"this checkout scores with v{rule_version()}"
+        )
     for name in VERIFIER_TABLES:
         here = resources.files("pipeline.env").joinpath(name)
         mine = here.read_bytes() if here.is_file() else None

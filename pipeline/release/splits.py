@@ -49,7 +49,9 @@ def _hold_out_patients(pairs: list[NoisePair], per_cell: int, seed: int) -> set[
     return held
 
 
-def assign_splits(pairs: list[NoisePair], seed: int, test_size: int = PAPER_TEST_SIZE) -> tuple[dict[str, str], SplitReport]:
+def assign_splits(
+    pairs: list[NoisePair], seed: int, test_size: int = PAPER_TEST_SIZE
+) -> tuple[dict[str, str], SplitReport]:
     """{pair_id: "train" | "test" | "dropped"} and a report. Test takes the same number of pairs from each
     scope x level cell (test_size / 6 when there are enough, otherwise the largest equal number)."""
     target = test_size // (len(SCOPES) * len(LEVELS))
@@ -60,7 +62,9 @@ def assign_splits(pairs: list[NoisePair], seed: int, test_size: int = PAPER_TEST
         if subject is None or subject in held:
             pools[(pair.clean.scope, pair.level)].append(pair)
     per_cell = min([target] + [len(pools[(s, lv)]) for s in SCOPES for lv in LEVELS])
-    test = {p.pair_id for cell in pools.values() for p in sorted(cell, key=lambda p: _order(p.pair_id, seed))[:per_cell]}
+    test = {
+        p.pair_id for cell in pools.values() for p in sorted(cell, key=lambda p: _order(p.pair_id, seed))[:per_cell]
+    }
     split = {}
     for pair in pairs:
         if pair.pair_id in test:
@@ -70,6 +74,11 @@ def assign_splits(pairs: list[NoisePair], seed: int, test_size: int = PAPER_TEST
         else:
             split[pair.pair_id] = "train"
     counts = Counter(split.values())
-    report = SplitReport(per_cell=per_cell, test=counts["test"], train=counts["train"],
-                         dropped_test_patients_unused=counts["dropped"], test_patients=len(held))
+    report = SplitReport(
+        per_cell=per_cell,
+        test=counts["test"],
+        train=counts["train"],
+        dropped_test_patients_unused=counts["dropped"],
+        test_patients=len(held),
+    )
     return split, report

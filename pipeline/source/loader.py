@@ -106,9 +106,7 @@ def verify_checksums(mimic_dir: Path, files: Mapping[str, Path], substitutes: Ma
             continue
         actual = sha256_of(path)
         if actual != sums[relative]:
-            raise LoadError(
-                f"{path}: checksum mismatch: SHA256SUMS.txt lists {sums[relative]}, the file has {actual}"
-            )
+            raise LoadError(f"{path}: checksum mismatch: SHA256SUMS.txt lists {sums[relative]}, the file has {actual}")
         verified += 1
     return verified
 

@@ -80,9 +80,7 @@ class Table:
 
     def create_sql(self, qualified_name: str | None = None) -> str:
         """`CREATE TABLE` statement for DuckDB, with NOT NULL constraints of the DDL."""
-        cols = ",\n  ".join(
-            f"{c.name} {c.duckdb_type}{'' if c.nullable else ' NOT NULL'}" for c in self.columns
-        )
+        cols = ",\n  ".join(f"{c.name} {c.duckdb_type}{'' if c.nullable else ' NOT NULL'}" for c in self.columns)
         return f"CREATE TABLE {qualified_name or self.name} (\n  {cols}\n)"
 
 

@@ -36,9 +36,12 @@ class AnswerFormat(BaseModel):
 
     def describe(self) -> str:
         """One line for a prompt or a tool description."""
-        kind = {AnswerType.list: "a list" + (" in order" if self.ordered else " (any order)"),
-                AnswerType.count: "a whole number (a count)", AnswerType.boolean: "true or false",
-                AnswerType.datetime: "a date or date-time (ISO 8601)"}.get(self.type, f"a {self.type.value}")
+        kind = {
+            AnswerType.list: "a list" + (" in order" if self.ordered else " (any order)"),
+            AnswerType.count: "a whole number (a count)",
+            AnswerType.boolean: "true or false",
+            AnswerType.datetime: "a date or date-time (ISO 8601)",
+        }.get(self.type, f"a {self.type.value}")
         parts = [f"value: {kind}" + (f" in {self.unit}" if self.unit else "")]
         if self.records:
             parts.append(f"records: {{{', '.join(self.records)}}}")
@@ -48,8 +51,9 @@ class AnswerFormat(BaseModel):
 def answer_format(spec: Answer, clean_answer: AnswerValue) -> AnswerFormat:
     """A task's answer format from its template's Answer spec and the clean answer's unit (both tasks of a pair
     show the same format, so the format tells nothing about the condition)."""
-    return AnswerFormat(type=spec.type, unit=spec.unit or clean_answer.unit, ordered=spec.ordered,
-                        records=list(spec.asked_records))
+    return AnswerFormat(
+        type=spec.type, unit=spec.unit or clean_answer.unit, ordered=spec.ordered, records=list(spec.asked_records)
+    )
 
 
 def _plain(value: Any) -> Any:

@@ -72,7 +72,13 @@ def typed_slots(template: Template, slots: dict[str, Any]) -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
-    return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat() if isinstance(value, dt.date) else value
+    return (
+        value.isoformat(sep=" ")
+        if isinstance(value, dt.datetime)
+        else value.isoformat()
+        if isinstance(value, dt.date)
+        else value
+    )
 
 
 def template_rng(template_id: str, seed: int) -> np.random.Generator:
@@ -81,7 +87,9 @@ def template_rng(template_id: str, seed: int) -> np.random.Generator:
     return np.random.default_rng([seed, digest])
 
 
-def sample_slots(con: duckdb.DuckDBPyConnection, template: Template, count: int, rng: np.random.Generator) -> list[dict]:
+def sample_slots(
+    con: duckdb.DuckDBPyConnection, template: Template, count: int, rng: np.random.Generator
+) -> list[dict]:
     """Up to `count` candidate slot rows drawn without replacement from the sampler's (sorted) result, one per
     concept (`one_per_concept`)."""
     names, sampler = list(template.spec.slots), render_sampler(template.spec.sampler)
@@ -133,10 +141,18 @@ def _attempt(con, tables, template, gold_python, slots, report_drop) -> CleanTas
     if not evidence:
         return report_drop("no_evidence")
     return CleanTask(
-        task_id=task_id(template, slots), template_id=template.id, template_version=spec.version,
-        intent=spec.intent, scope=spec.scope.value, question="", slots={k: _jsonable(v) for k, v in slots.items()},
-        gold_sql=render_sql(template.gold_sql, slots).strip(), answer=sql_answer, python_answer=python_answer,
-        evidence_sql=evidence_sql, evidence=[{k: _jsonable(v) for k, v in row.items()} for row in evidence],
+        task_id=task_id(template, slots),
+        template_id=template.id,
+        template_version=spec.version,
+        intent=spec.intent,
+        scope=spec.scope.value,
+        question="",
+        slots={k: _jsonable(v) for k, v in slots.items()},
+        gold_sql=render_sql(template.gold_sql, slots).strip(),
+        answer=sql_answer,
+        python_answer=python_answer,
+        evidence_sql=evidence_sql,
+        evidence=[{k: _jsonable(v) for k, v in row.items()} for row in evidence],
     )
 
 

@@ -23,7 +23,13 @@ from pipeline.templates.registry import DEFAULT_TEMPLATES, template_files
 from pipeline.templates.render import environment, render, render_sql
 from pipeline.templates.spec import NOISE_SUBTYPES, Template, TemplateError, read_template
 
-_SAMPLE_VALUES = {"integer": 1, "number": 1.5, "text": "x", "datetime": dt.datetime(2150, 1, 1), "date": dt.date(2150, 1, 1)}
+_SAMPLE_VALUES = {
+    "integer": 1,
+    "number": 1.5,
+    "text": "x",
+    "datetime": dt.datetime(2150, 1, 1),
+    "date": dt.date(2150, 1, 1),
+}
 
 
 @dataclass
@@ -109,10 +115,13 @@ def asked_in(question: str, field_name: str) -> bool:
 
 def answer_problems(template: Template) -> list[str]:
     """Score only what is asked: every scored record field is asked for in every phrasing."""
-    return [f"questions[{i}]: answer.asked_records scores {field_name!r}, but this phrasing never asks for it "
-            f"(cues: {record_cues().get(field_name, [field_name.replace('_', ' ')])})"
-            for i, question in enumerate(template.spec.questions)
-            for field_name in template.spec.answer.asked_records if not asked_in(question, field_name)]
+    return [
+        f"questions[{i}]: answer.asked_records scores {field_name!r}, but this phrasing never asks for it "
+        f"(cues: {record_cues().get(field_name, [field_name.replace('_', ' ')])})"
+        for i, question in enumerate(template.spec.questions)
+        for field_name in template.spec.answer.asked_records
+        if not asked_in(question, field_name)
+    ]
 
 
 def sample_slots(template: Template) -> dict[str, object]:
@@ -143,8 +152,11 @@ def noise_problems(template: Template) -> list[str]:
     from pipeline.noise.base import subtypes  # the noise package builds on templates, not the other way round
 
     registry = subtypes()
-    return [f"noise: {name!r} cannot apply here; it needs {registry[name].requires}"
-            for name in template.spec.noise if name in registry and not registry[name].applies(template)]
+    return [
+        f"noise: {name!r} cannot apply here; it needs {registry[name].requires}"
+        for name in template.spec.noise
+        if name in registry and not registry[name].applies(template)
+    ]
 
 
 def lint_file(path: Path) -> LintResult:
@@ -154,8 +166,9 @@ def lint_file(path: Path) -> LintResult:
     except TemplateError as exc:
         result.problems.append(str(exc).removeprefix(f"{path}: "))
         return result
-    result.problems += (slot_problems(template) + answer_problems(template) + render_problems(template)
-                        + noise_problems(template))
+    result.problems += (
+        slot_problems(template) + answer_problems(template) + render_problems(template) + noise_problems(template)
+    )
     return result
 
 

@@ -50,7 +50,9 @@ class Tables:
         if name in self._frames:
             return self._frames[name].lazy()
         if self._subject is not None and name in _subject_tables():
-            self._frames[name] = self._con.sql(f"SELECT * FROM {source} WHERE subject_id = ?", params=[self._subject]).pl()
+            self._frames[name] = self._con.sql(
+                f"SELECT * FROM {source} WHERE subject_id = ?", params=[self._subject]
+            ).pl()
             return self._frames[name].lazy()
         if name not in self._shared:
             self._shared[name] = self._con.sql(f"SELECT * FROM {source}").pl()

@@ -11,9 +11,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 INTENTS = ("encounter", "diagnosis_procedure", "laboratory", "medication", "vital_signs", "microbiology")
 # The sub-types of DESIGN.md; the noise registry (a later issue) will own this list.
 NOISE_SUBTYPES = (
-    "missing_record", "orphan_reference", "conflicting_duplicate", "displaced_time",
-    "null_value", "implausible_value", "unit_mismatch", "placeholder_value",
-    "nonexistent_entity", "false_premise", "out_of_window", "unknown_concept",
+    "missing_record",
+    "orphan_reference",
+    "conflicting_duplicate",
+    "displaced_time",
+    "null_value",
+    "implausible_value",
+    "unit_mismatch",
+    "placeholder_value",
+    "nonexistent_entity",
+    "false_premise",
+    "out_of_window",
+    "unknown_concept",
 )
 
 

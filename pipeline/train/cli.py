@@ -14,9 +14,13 @@ console = Console(stderr=True)
 def sft_command(
     run: Annotated[Path, typer.Option(help="an `ehrgym eval` output folder")],
     out: Annotated[Path, typer.Option(help="JSONL file to write")],
-    agent: Annotated[list[str], typer.Option("--agent", help="only these agents (repeat or comma list); default: all")] = [],
+    agent: Annotated[
+        list[str], typer.Option("--agent", help="only these agents (repeat or comma list); default: all")
+    ] = [],
     split: Annotated[list[str], typer.Option("--split", help="splits to use (repeatable)")] = ["train"],
-    all_splits: Annotated[bool, typer.Option(help="use every split, test included (contaminates a test evaluation)")] = False,
+    all_splits: Annotated[
+        bool, typer.Option(help="use every split, test included (contaminates a test evaluation)")
+    ] = False,
     overwrite: Annotated[bool, typer.Option(help="replace an existing --out file")] = False,
 ) -> None:
     """Write one SFT record per distinct passing trajectory (train split by default)."""

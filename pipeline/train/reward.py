@@ -34,8 +34,14 @@ def reward(label: LabelRecord, trajectory: Trajectory, template: Template | None
     if label.task_id != trajectory.task_id:
         raise ValueError(f"label of task {label.task_id} given for a trajectory of task {trajectory.task_id}")
     verdict = verify(label, trajectory, template=template, source=source)
-    return Reward(task_id=label.task_id, value=1.0 if verdict.passed else 0.0, passed=verdict.passed,
-                  answer_match=verdict.answer_match, abstention_valid=verdict.abstention_valid, reasons=list(verdict.reasons))
+    return Reward(
+        task_id=label.task_id,
+        value=1.0 if verdict.passed else 0.0,
+        passed=verdict.passed,
+        answer_match=verdict.answer_match,
+        abstention_valid=verdict.abstention_valid,
+        reasons=list(verdict.reasons),
+    )
 
 
 def release_reward(release, trajectory: Trajectory) -> Reward:

@@ -35,7 +35,9 @@ def load_run(folder: Path, agent: str) -> list[tuple[Trajectory, EpisodeResult]]
     for trajectory in trajectories:
         result = verdicts.get((trajectory.task_id, trajectory.trial))
         if result is None:
-            raise SftError(f"{folder / 'verdicts' / (agent + '.jsonl')}: no verdict for task {trajectory.task_id} trial {trajectory.trial}")
+            raise SftError(
+                f"{folder / 'verdicts' / (agent + '.jsonl')}: no verdict for task {trajectory.task_id} trial {trajectory.trial}"
+            )
         joined.append((trajectory, result))
     return joined
 
@@ -50,8 +52,13 @@ def run_agents(folder: Path) -> list[str]:
 
 def _call_message(index: int, call: ToolCall) -> dict[str, Any]:
     arguments = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": f"call_{index}", "type": "function", "function": {"name": call.tool, "arguments": arguments}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": f"call_{index}", "type": "function", "function": {"name": call.tool, "arguments": arguments}}
+        ],
+    }
 
 
 def messages_of(trajectory: Trajectory, result: EpisodeResult) -> list[dict[str, Any]]:
@@ -73,7 +80,9 @@ def tool_specs() -> list[dict[str, Any]]:
     return env_tool_specs()
 
 
-def sft_records(folder: Path, agents: list[str] | None = None, splits: tuple[str, ...] | None = ("train",)) -> list[dict]:
+def sft_records(
+    folder: Path, agents: list[str] | None = None, splits: tuple[str, ...] | None = ("train",)
+) -> list[dict]:
     """SFT records from the passing, answered trajectories of `agents` (default: all) in `splits` (None: all)."""
     tools, records, seen = tool_specs(), [], set()
     for agent in agents or run_agents(folder):
@@ -85,8 +94,13 @@ def sft_records(folder: Path, agents: list[str] | None = None, splits: tuple[str
             if key in seen:
                 continue
             seen.add(key)
-            records.append({"messages": messages, "tools": tools,
-                            "metadata": {"task_id": trajectory.task_id, "agent": agent, "trial": trajectory.trial}})
+            records.append(
+                {
+                    "messages": messages,
+                    "tools": tools,
+                    "metadata": {"task_id": trajectory.task_id, "agent": agent, "trial": trajectory.trial},
+                }
+            )
     return records
 
 

@@ -11,9 +11,7 @@ def gold(tables, slots):
     wanted = set(codes.select("icd_code", "icd_version").iter_rows())
     dx = tables["diagnoses_icd"].collect()
     cohort = {h for c, v, h in dx.select("icd_code", "icd_version", "hadm_id").iter_rows() if (c, v) in wanted}
-    drg = tables["drgcodes"].filter(
-        (pl.col("drg_type") == "APR") & pl.col("drg_severity").is_not_null()
-    ).collect()
+    drg = tables["drgcodes"].filter((pl.col("drg_type") == "APR") & pl.col("drg_severity").is_not_null()).collect()
     severity = {}
     for hadm_id, level in drg.select("hadm_id", "drg_severity").iter_rows():
         if hadm_id in cohort:

@@ -7,8 +7,10 @@ from pipeline.concepts import concept_is
 
 def gold(tables, slots):
     patient = (pl.col("subject_id") == slots["subject_id"]) & (pl.col("hadm_id") == slots["hadm_id"])
-    codes = tables["d_icd_procedures"].filter(concept_is("long_title", slots["procedure_title"])).select(
-        "icd_code", "icd_version"
+    codes = (
+        tables["d_icd_procedures"]
+        .filter(concept_is("long_title", slots["procedure_title"]))
+        .select("icd_code", "icd_version")
     )
     done = (
         tables["procedures_icd"]

@@ -6,11 +6,15 @@ from pipeline.concepts import concept_is
 
 
 def gold(tables, slots):
-    stays = tables["icustays"].filter(
-        (concept_is("first_careunit", slots["first_careunit"]))
-        & pl.col("intime").is_not_null()
-        & pl.col("outtime").is_not_null()
-    ).collect()
+    stays = (
+        tables["icustays"]
+        .filter(
+            (concept_is("first_careunit", slots["first_careunit"]))
+            & pl.col("intime").is_not_null()
+            & pl.col("outtime").is_not_null()
+        )
+        .collect()
+    )
     per_stay = {}
     for row in stays.iter_rows(named=True):
         days = (row["outtime"] - row["intime"]).total_seconds() / 86400.0

@@ -6,9 +6,11 @@ from pipeline.concepts import concept_is
 
 
 def gold(tables, slots):
-    adm = tables["admissions"].filter(
-        (concept_is("admission_type", slots["admission_type"])) & pl.col("hospital_expire_flag").is_not_null()
-    ).collect()
+    adm = (
+        tables["admissions"]
+        .filter((concept_is("admission_type", slots["admission_type"])) & pl.col("hospital_expire_flag").is_not_null())
+        .collect()
+    )
     died = {}
     for row in adm.iter_rows(named=True):
         died[row["hadm_id"]] = died.get(row["hadm_id"], False) or row["hospital_expire_flag"] == 1

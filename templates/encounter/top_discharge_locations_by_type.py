@@ -6,9 +6,11 @@ from pipeline.concepts import concept_is
 
 
 def gold(tables, slots):
-    adm = tables["admissions"].filter(
-        (concept_is("admission_type", slots["admission_type"])) & pl.col("discharge_location").is_not_null()
-    ).collect()
+    adm = (
+        tables["admissions"]
+        .filter((concept_is("admission_type", slots["admission_type"])) & pl.col("discharge_location").is_not_null())
+        .collect()
+    )
     by_location = {}
     for row in adm.iter_rows(named=True):
         by_location.setdefault(row["discharge_location"], set()).add(row["hadm_id"])

@@ -6,9 +6,11 @@ from pipeline.concepts import concept_is
 
 
 def gold(tables, slots):
-    items = tables["d_labitems"].filter(
-        (concept_is("label", slots["lab_label"])) & (pl.col("fluid") == slots["fluid"])
-    ).select("itemid")
+    items = (
+        tables["d_labitems"]
+        .filter((concept_is("label", slots["lab_label"])) & (pl.col("fluid") == slots["fluid"]))
+        .select("itemid")
+    )
     results = tables["labevents"].filter(pl.col("valuenum").is_not_null()).join(items, on="itemid").collect()
     if results.height == 0:
         return pl.DataFrame(schema={"value": pl.Float64})

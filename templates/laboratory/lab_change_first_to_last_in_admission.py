@@ -19,14 +19,17 @@ def gold(tables, slots):
         .sort(["charttime", "labevent_id"])
         .collect()
     )
-    empty = pl.DataFrame(schema={"value": pl.Float64, "unit": pl.String,
-                                 "first_charttime": pl.Datetime, "last_charttime": pl.Datetime})
+    empty = pl.DataFrame(
+        schema={"value": pl.Float64, "unit": pl.String, "first_charttime": pl.Datetime, "last_charttime": pl.Datetime}
+    )
     if results.height < 2:
         return empty
     first, last = results.row(0, named=True), results.row(results.height - 1, named=True)
-    return pl.DataFrame({
-        "value": [round(last["valuenum"] - first["valuenum"], 2)],
-        "unit": [last["valueuom"]],
-        "first_charttime": [first["charttime"]],
-        "last_charttime": [last["charttime"]],
-    })
+    return pl.DataFrame(
+        {
+            "value": [round(last["valuenum"] - first["valuenum"], 2)],
+            "unit": [last["valueuom"]],
+            "first_charttime": [first["charttime"]],
+            "last_charttime": [last["charttime"]],
+        }
+    )

@@ -8,9 +8,11 @@ from pipeline.concepts import concept_is
 
 
 def gold(tables, slots):
-    admission = tables["admissions"].filter(
-        (pl.col("subject_id") == slots["subject_id"]) & (pl.col("hadm_id") == slots["hadm_id"])
-    ).select("subject_id", "hadm_id", "admittime")
+    admission = (
+        tables["admissions"]
+        .filter((pl.col("subject_id") == slots["subject_id"]) & (pl.col("hadm_id") == slots["hadm_id"]))
+        .select("subject_id", "hadm_id", "admittime")
+    )
     items = tables["d_labitems"].filter(concept_is("label", slots["lab_label"])).select("itemid")
     events = (
         tables["labevents"]

@@ -6,8 +6,12 @@ import polars as pl
 def gold(tables, slots):
     items = tables["d_labitems"].filter(pl.col("category") == slots["category"]).select("itemid", "label")
     counts = (
-        tables["labevents"].filter(pl.col("valuenum").is_not_null()).select("itemid").join(items, on="itemid")
-        .group_by("label").agg(pl.len().alias("results"))
+        tables["labevents"]
+        .filter(pl.col("valuenum").is_not_null())
+        .select("itemid")
+        .join(items, on="itemid")
+        .group_by("label")
+        .agg(pl.len().alias("results"))
         .sort(["results", "label"], descending=[True, False])
         .head(slots["n"])
     )

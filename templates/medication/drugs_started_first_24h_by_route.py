@@ -4,9 +4,11 @@ import polars as pl
 
 
 def gold(tables, slots):
-    adm = tables["admissions"].filter(
-        (pl.col("hadm_id") == slots["hadm_id"]) & (pl.col("subject_id") == slots["subject_id"])
-    ).select("hadm_id", "subject_id", "admittime")
+    adm = (
+        tables["admissions"]
+        .filter((pl.col("hadm_id") == slots["hadm_id"]) & (pl.col("subject_id") == slots["subject_id"]))
+        .select("hadm_id", "subject_id", "admittime")
+    )
     rx = tables["prescriptions"].filter(
         (pl.col("subject_id") == slots["subject_id"])
         & (pl.col("hadm_id") == slots["hadm_id"])

@@ -8,11 +8,15 @@ NUMERIC = r"^[0-9]+(\.[0-9]+)?$"
 
 
 def gold(tables, slots):
-    rx = tables["prescriptions"].filter(
-        (concept_is("drug", slots["drug"]))
-        & (pl.col("dose_unit_rx") == slots["dose_unit"])
-        & pl.col("dose_val_rx").fill_null("").str.contains(NUMERIC)
-    ).collect()
+    rx = (
+        tables["prescriptions"]
+        .filter(
+            (concept_is("drug", slots["drug"]))
+            & (pl.col("dose_unit_rx") == slots["dose_unit"])
+            & pl.col("dose_val_rx").fill_null("").str.contains(NUMERIC)
+        )
+        .collect()
+    )
     if rx.height == 0:
         return pl.DataFrame({"value": [], "unit": []}, schema={"value": pl.Float64, "unit": pl.String})
     mean = rx["dose_val_rx"].cast(pl.Float64).mean()

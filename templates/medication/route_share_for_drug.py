@@ -6,9 +6,7 @@ from pipeline.concepts import concept_is
 
 
 def gold(tables, slots):
-    rx = tables["prescriptions"].filter(
-        (concept_is("drug", slots["drug"])) & pl.col("route").is_not_null()
-    ).collect()
+    rx = tables["prescriptions"].filter((concept_is("drug", slots["drug"])) & pl.col("route").is_not_null()).collect()
     if rx.height == 0:
         return pl.DataFrame({"value": []}, schema={"value": pl.Float64})
     hits = rx.filter(pl.col("route") == slots["route"]).height

@@ -4,13 +4,17 @@ import polars as pl
 
 
 def gold(tables, slots):
-    items = tables["d_items"].filter(
-        (pl.col("category") == slots["category"]) & (pl.col("linksto") == "inputevents")
-    ).select("itemid", "label")
+    items = (
+        tables["d_items"]
+        .filter((pl.col("category") == slots["category"]) & (pl.col("linksto") == "inputevents"))
+        .select("itemid", "label")
+    )
     ranked = (
-        tables["inputevents"].filter(pl.col("stay_id").is_not_null())
+        tables["inputevents"]
+        .filter(pl.col("stay_id").is_not_null())
         .join(items, on="itemid")
-        .group_by("label").agg(pl.col("stay_id").n_unique().alias("stays"))
+        .group_by("label")
+        .agg(pl.col("stay_id").n_unique().alias("stays"))
         .sort(["stays", "label"], descending=[True, False])
         .head(slots["n"])
     )

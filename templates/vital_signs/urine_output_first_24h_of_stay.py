@@ -5,18 +5,31 @@ import datetime as dt
 import polars as pl
 
 URINE_ITEMS = [
-    "Foley", "Void", "Condom Cath", "Straight Cath", "Suprapubic", "Ileoconduit",
-    "R Nephrostomy", "L Nephrostomy", "R Ureteral Stent", "L Ureteral Stent", "OR Urine",
+    "Foley",
+    "Void",
+    "Condom Cath",
+    "Straight Cath",
+    "Suprapubic",
+    "Ileoconduit",
+    "R Nephrostomy",
+    "L Nephrostomy",
+    "R Ureteral Stent",
+    "L Ureteral Stent",
+    "OR Urine",
 ]
 
 
 def gold(tables, slots):
-    stay = tables["icustays"].filter(
-        (pl.col("subject_id") == slots["subject_id"]) & (pl.col("stay_id") == slots["stay_id"])
-    ).select("subject_id", "stay_id", "intime")
-    items = tables["d_items"].filter(
-        (pl.col("linksto") == "outputevents") & pl.col("label").is_in(URINE_ITEMS)
-    ).select("itemid")
+    stay = (
+        tables["icustays"]
+        .filter((pl.col("subject_id") == slots["subject_id"]) & (pl.col("stay_id") == slots["stay_id"]))
+        .select("subject_id", "stay_id", "intime")
+    )
+    items = (
+        tables["d_items"]
+        .filter((pl.col("linksto") == "outputevents") & pl.col("label").is_in(URINE_ITEMS))
+        .select("itemid")
+    )
     urine = (
         tables["outputevents"]
         .filter(

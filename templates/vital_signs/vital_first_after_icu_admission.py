@@ -6,9 +6,11 @@ from pipeline.concepts import concept_is
 
 
 def gold(tables, slots):
-    stay = tables["icustays"].filter(
-        (pl.col("subject_id") == slots["subject_id"]) & (pl.col("stay_id") == slots["stay_id"])
-    ).select("subject_id", "stay_id", "intime")
+    stay = (
+        tables["icustays"]
+        .filter((pl.col("subject_id") == slots["subject_id"]) & (pl.col("stay_id") == slots["stay_id"]))
+        .select("subject_id", "stay_id", "intime")
+    )
     items = tables["d_items"].filter(concept_is("label", slots["item_label"])).select("itemid")
     charted = (
         tables["chartevents"]

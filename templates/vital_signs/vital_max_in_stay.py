@@ -12,7 +12,9 @@ def gold(tables, slots):
         & (pl.col("stay_id") == slots["stay_id"])
         & pl.col("valuenum").is_not_null()
     )
-    top = charted.join(items, on="itemid").sort(
-        ["valuenum", "charttime", "itemid"], descending=[True, False, False]
-    ).head(1)
+    top = (
+        charted.join(items, on="itemid")
+        .sort(["valuenum", "charttime", "itemid"], descending=[True, False, False])
+        .head(1)
+    )
     return top.select(pl.col("valuenum").alias("value"), pl.col("valueuom").alias("unit"), "charttime", "itemid")

@@ -6,9 +6,11 @@ from pipeline.concepts import concept_is
 
 
 def gold(tables, slots):
-    items = tables["d_items"].filter(
-        (concept_is("label", slots["item_label"])) & (pl.col("linksto") == "chartevents")
-    ).select("itemid")
+    items = (
+        tables["d_items"]
+        .filter((concept_is("label", slots["item_label"])) & (pl.col("linksto") == "chartevents"))
+        .select("itemid")
+    )
     per_stay = (
         tables["chartevents"]
         .filter(pl.col("valuenum").is_not_null() & pl.col("stay_id").is_not_null())

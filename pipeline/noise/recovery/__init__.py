@@ -1,9 +1,10 @@
 """The recovery check: before a pair is kept, play the careful analyst on its noisy overlay.
 
 Each strategy (concept-normalised matching, sibling tables, duration arithmetic, zero-count semantics, another
-qualifying record, antibiotic breakpoints, an encounter's time bounded by its events) is a small registered function declared with its facts in
-`pipeline/noise/recovery.yaml`. It reads the overlay like an analyst would and returns a definite answer it
-recovers, or None. Written apart from the sub-types' guards on purpose: it is the independent second opinion.
+qualifying record, antibiotic breakpoints, an encounter's time bounded by its events) is a small registered function
+declared with its facts in `pipeline/noise/recovery.yaml`. It reads the overlay like an analyst would and returns a
+definite answer it recovers, or None. Written apart from the sub-types' guards on purpose: it is the independent second
+opinion.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def contradicts(answer: AnswerValue | None, case: Case) -> bool:
     return not answers_agree(bare(answer), bare(case.expected), plain)
 
 
-def recover(con: duckdb.DuckDBPyConnection, case: Case, config: dict[str, dict] | None = None) -> tuple[str, AnswerValue] | None:
+def recover(
+    con: duckdb.DuckDBPyConnection, case: Case, config: dict[str, dict] | None = None
+) -> tuple[str, AnswerValue] | None:
     """The first strategy (in recovery.yaml's order) that recovers an answer the label contradicts."""
     import pipeline.noise.recovery.anchors  # noqa: F401 - registers on import
     import pipeline.noise.recovery.strategies  # noqa: F401

@@ -32,9 +32,13 @@ def anchor_range(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any
             continue
         identity, times = found
         table, row = encounter["table"], {**identity, encounter["key"]: key}
-        views = ({table: f"SELECT * FROM {table} UNION ALL BY NAME SELECT "
-                         + ", ".join(f"{sql_literal(v)} AS {c}" for c, v in {**row, encounter["anchor"]: time}.items())}
-                 for time in times)
+        views = (
+            {
+                table: f"SELECT * FROM {table} UNION ALL BY NAME SELECT "
+                + ", ".join(f"{sql_literal(v)} AS {c}" for c, v in {**row, encounter["anchor"]: time}.items())
+            }
+            for time in times
+        )
         return _one_answer(con, case, tree, views)
     return None
 
@@ -57,8 +61,13 @@ def bounded_time(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any
         if low > high:  # the order and the sequence disagree: the sequence is the finer of the two
             low, high = bounds[-1]
         same = " AND ".join(f"t.{c} IS NOT DISTINCT FROM {sql_literal(moved[c])}" for c in patch.key_columns)
-        views = ({table: f"SELECT * REPLACE (CASE WHEN {same} THEN {sql_literal(time)} ELSE t.{fact['time']} END AS "
-                         f"{fact['time']}) FROM {table} t"} for time in _spread(low, high, rule["samples"]))
+        views = (
+            {
+                table: f"SELECT * REPLACE (CASE WHEN {same} THEN {sql_literal(time)} ELSE t.{fact['time']} END AS "
+                f"{fact['time']}) FROM {table} t"
+            }
+            for time in _spread(low, high, rule["samples"])
+        )
         return _one_answer(con, case, tree, views)
     return None
 
@@ -69,8 +78,10 @@ def _order_bounds(con: duckdb.DuckDBPyConnection, fact: dict[str, Any], moved: d
     if not order or any(moved.get(c) is None for c in order["match"]):
         return None
     where = " AND ".join(f"{o} = {sql_literal(moved[c])}" for c, o in order["match"].items())
-    low, high = con.execute(f"SELECT min({order['start']}), max(coalesce({order['end']}, {order['start']})) "
-                            f"FROM {order['table']} WHERE {where}").fetchall()[0]
+    low, high = con.execute(
+        f"SELECT min({order['start']}), max(coalesce({order['end']}, {order['start']})) "
+        f"FROM {order['table']} WHERE {where}"
+    ).fetchall()[0]
     return None if low is None else _widened(low, high, order["slack_hours"])
 
 
@@ -84,7 +95,8 @@ def _sequence_bounds(con: duckdb.DuckDBPyConnection, fact: dict[str, Any], moved
     low, high = con.execute(
         f"SELECT (SELECT {time} FROM {fact['table']} WHERE {same} AND {column} < {position} AND {time} IS NOT NULL "
         f"ORDER BY {column} DESC LIMIT 1), (SELECT {time} FROM {fact['table']} WHERE {same} AND {column} > {position} "
-        f"AND {time} IS NOT NULL ORDER BY {column} LIMIT 1)").fetchall()[0]
+        f"AND {time} IS NOT NULL ORDER BY {column} LIMIT 1)"
+    ).fetchall()[0]
     return None if low is None or high is None else _widened(low, high, sequence["slack_hours"])
 
 
@@ -99,16 +111,21 @@ def _reads_only(tree: exp.Expression, encounter: dict[str, Any]) -> bool:
     return reads(tree, encounter["table"]) and not any(c.name in others for c in tree.find_all(exp.Column))
 
 
-def _likely_anchors(con: duckdb.DuckDBPyConnection, encounter: dict[str, Any], key: Any) -> tuple[dict, list[dt.datetime]] | None:
+def _likely_anchors(
+    con: duckdb.DuckDBPyConnection, encounter: dict[str, Any], key: Any
+) -> tuple[dict, list[dt.datetime]] | None:
     """The row's identity columns and every whole hour that each event table's first row of the encounter allows
     (its declared hours from that row; between the tables' bounds where they disagree), the range's ends first so
     that a reading that moves with the anchor shows at once; None when the encounter has no event."""
     bounds, identity = [], None
     for event in encounter["events"]:
         where = f"{encounter['key']} = {sql_literal(key)} AND {event['time']} IS NOT NULL" + (
-            f" AND ({event['where']})" if event.get("where") else "")
-        *ids, first = con.execute(f"SELECT {', '.join(f'min({c})' for c in encounter['identity'])}, min({event['time']}) "
-                                  f"FROM {event['table']} WHERE {where}").fetchall()[0]
+            f" AND ({event['where']})" if event.get("where") else ""
+        )
+        *ids, first = con.execute(
+            f"SELECT {', '.join(f'min({c})' for c in encounter['identity'])}, min({event['time']}) "
+            f"FROM {event['table']} WHERE {where}"
+        ).fetchall()[0]
         if first is not None:
             low, high = event["hours"]
             bounds.append((first + dt.timedelta(hours=low), first + dt.timedelta(hours=high)))
@@ -126,8 +143,9 @@ def _spread(start: dt.datetime, end: dt.datetime, samples: int) -> list[dt.datet
     return [start, end, *(start + step * i for i in range(1, samples - 1))]
 
 
-def _one_answer(con: duckdb.DuckDBPyConnection, case: Case, tree: exp.Expression,
-                views: Iterable[dict[str, str]]) -> AnswerValue | None:
+def _one_answer(
+    con: duckdb.DuckDBPyConnection, case: Case, tree: exp.Expression, views: Iterable[dict[str, str]]
+) -> AnswerValue | None:
     """The gold reading over each set of views; the answer when every reading is definite and they all agree."""
     plain, first = case.template.spec.answer.model_copy(update={"records": []}), None
     for selects in views:

@@ -59,7 +59,9 @@ def temp_views(con: duckdb.DuckDBPyConnection, views: dict[str, str]) -> Iterato
             con.execute(f"DROP VIEW IF EXISTS temp.main.{view}")
 
 
-def rewrite_literals(tree: exp.Expression, rule: Callable[[exp.Expression, str], exp.Expression | None]) -> exp.Expression:
+def rewrite_literals(
+    tree: exp.Expression, rule: Callable[[exp.Expression, str], exp.Expression | None]
+) -> exp.Expression:
     """Replace each `column = 'literal'` comparison by `rule(column, literal)` where the rule gives one."""
 
     def swap(node: exp.Expression) -> exp.Expression:

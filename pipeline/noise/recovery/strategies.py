@@ -29,7 +29,9 @@ def _new(answer: AnswerValue | None, case: Case) -> AnswerValue | None:
     """A rewritten reading counts only where it changes what the plain gold reading says on the overlay (its value
     or its unit)."""
     answer = _definite(answer)
-    if answer is None or (case.naive is not None and (answer.value, answer.unit) == (case.naive.value, case.naive.unit)):
+    if answer is None or (
+        case.naive is not None and (answer.value, answer.unit) == (case.naive.value, case.naive.unit)
+    ):
         return None
     return answer
 
@@ -54,7 +56,11 @@ def _byte_form(tree: exp.Expression, literal_of: dict[str, str]) -> exp.Expressi
     a column with declared synonyms (`event_txt IN (...)`) back to its one literal value ('Administered')."""
 
     def swap(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.In) and isinstance(_core(node.this), exp.Column) and _core(node.this).name in literal_of:
+        if (
+            isinstance(node, exp.In)
+            and isinstance(_core(node.this), exp.Column)
+            and _core(node.this).name in literal_of
+        ):
             column = _core(node.this)
             return exp.EQ(this=column.copy(), expression=exp.Literal.string(literal_of[column.name]))
         if isinstance(node, exp.EQ) and isinstance(node.this, _WRAPPERS) and isinstance(node.expression, _WRAPPERS):
@@ -72,15 +78,22 @@ def concept_variant(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, 
     synonyms, e.g. eMAR 'Flushed' is administered) and literally: where only the concept reading finds the fact,
     the question's premise holds and the concept reading is the analyst's answer."""
     slots = case.template.spec.slots
-    concepts = {v for name, v in case.slots.items() if isinstance(v, str) and name in slots and slots[name].type == "text"}
+    concepts = {
+        v for name, v in case.slots.items() if isinstance(v, str) and name in slots and slots[name].type == "text"
+    }
     synonyms = {(s["column"], s["value"]): s["means"] for s in rule.get("synonyms", [])}
 
     def widen(column: exp.Expression, literal: str) -> exp.Expression | None:
         means = synonyms.get((column.name if isinstance(column, exp.Column) else "", literal))
         if means:
-            return sqlglot.parse_one(f"{concept_sql(column.sql(dialect='duckdb'))} IN ({', '.join(_quote(concept_key(m)) for m in means)})", dialect="duckdb")
+            return sqlglot.parse_one(
+                f"{concept_sql(column.sql(dialect='duckdb'))} IN ({', '.join(_quote(concept_key(m)) for m in means)})",
+                dialect="duckdb",
+            )
         if literal in concepts:
-            return sqlglot.parse_one(f"{concept_sql(column.sql(dialect='duckdb'))} = {_quote(concept_key(literal))}", dialect="duckdb")
+            return sqlglot.parse_one(
+                f"{concept_sql(column.sql(dialect='duckdb'))} = {_quote(concept_key(literal))}", dialect="duckdb"
+            )
         return None
 
     gold = gold_tree(case)
@@ -102,16 +115,23 @@ def _quote(text: str) -> str:
 def _repaired(con: duckdb.DuckDBPyConnection, case: Case, repairs: dict[str, dict[str, str]]) -> AnswerValue | None:
     """The gold reading over tables whose columns are replaced by repair expressions (alias `t` is the row)."""
     tree = gold_tree(case)
-    wanted = {table: cols for table, cols in repairs.items() if table in case.patch.touched_tables and reads(tree, table)}
+    wanted = {
+        table: cols for table, cols in repairs.items() if table in case.patch.touched_tables and reads(tree, table)
+    }
     if not wanted:
         return None
     read = {column.name for column in tree.find_all(exp.Column)}
-    wanted = {table: cols for table, cols in wanted.items()
-              if _repairs_a_touched_row(con, table, {c: e for c, e in cols.items() if c in read}, case)}
+    wanted = {
+        table: cols
+        for table, cols in wanted.items()
+        if _repairs_a_touched_row(con, table, {c: e for c, e in cols.items() if c in read}, case)
+    }
     if not wanted:  # nothing the question reads is repaired: an answer that moved would only be another tie-break
         return None
-    views = {table: f"SELECT * REPLACE ({', '.join(f'{expr} AS {col}' for col, expr in cols.items())}) FROM {table} t"
-             for table, cols in wanted.items()}
+    views = {
+        table: f"SELECT * REPLACE ({', '.join(f'{expr} AS {col}' for col, expr in cols.items())}) FROM {table} t"
+        for table, cols in wanted.items()
+    }
     with temp_views(con, views) as names:  # a repaired row: its reading counts even where it equals the naive one
         return _definite(answer_of(con, case, with_tables(tree, names)))
 
@@ -122,7 +142,9 @@ def _repairs_a_touched_row(con: duckdb.DuckDBPyConnection, table: str, cols: dic
     if not patch.add or not cols:
         return False
     differs = " OR ".join(f"(({expr}) IS DISTINCT FROM t.{col})" for col, expr in cols.items())
-    return scalar(con, f"SELECT count(*) FROM {table} t WHERE {_among(patch.add, patch.key_columns)} AND ({differs})") > 0
+    return (
+        scalar(con, f"SELECT count(*) FROM {table} t WHERE {_among(patch.add, patch.key_columns)} AND ({differs})") > 0
+    )
 
 
 @strategy("sibling_table")
@@ -152,10 +174,14 @@ def derived_value(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, An
 
 def _formula(formula: str) -> str:
     """`{Label}` -> the same specimen's single Blood result of that d_labitems label (NULL when none or several)."""
+
     def result(match: re.Match) -> str:
-        return (f"(SELECT min(s.valuenum) FROM labevents s JOIN d_labitems i ON i.itemid = s.itemid WHERE "
-                f"s.specimen_id = t.specimen_id AND i.label = {_quote(match.group(1))} AND i.fluid = 'Blood' "
-                f"HAVING count(DISTINCT s.valuenum) = 1)")
+        return (
+            f"(SELECT min(s.valuenum) FROM labevents s JOIN d_labitems i ON i.itemid = s.itemid WHERE "
+            f"s.specimen_id = t.specimen_id AND i.label = {_quote(match.group(1))} AND i.fluid = 'Blood' "
+            f"HAVING count(DISTINCT s.valuenum) = 1)"
+        )
+
     return re.sub(r"\{([^}]+)\}", result, formula)
 
 
@@ -165,15 +191,25 @@ def breakpoint(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any])
     only), else by the one interpretation the record gives the same organism, antibiotic and MIC elsewhere."""
     column, masks = f"t.{rule['column']}", ", ".join(_quote(m) for m in rule["masks"])
     reading = f"coalesce({breakpoint_sql(rule)}, {record_reading_sql(rule)}, {column})"
-    return _repaired(con, case, {rule["table"]: {rule["column"]: f"CASE WHEN coalesce({column} IN ({masks}), TRUE) THEN {reading} ELSE {column} END"}})
+    return _repaired(
+        con,
+        case,
+        {
+            rule["table"]: {
+                rule["column"]: f"CASE WHEN coalesce({column} IN ({masks}), TRUE) THEN {reading} ELSE {column} END"
+            }
+        },
+    )
 
 
 def record_reading_sql(rule: dict[str, Any]) -> str:
     """The single interpretation other rows of the table give the same organism and antibiotic at the same MIC."""
     column, masks = rule["column"], ", ".join(_quote(m) for m in rule["masks"])
     same = " AND ".join(f"o.{c} = t.{c}" for c in ("org_name", "ab_name", "dilution_value"))
-    return (f"(SELECT min(o.{column}) FROM {rule['table']} o WHERE {same} AND trim(o.dilution_comparison) = "
-            f"trim(t.dilution_comparison) AND o.{column} NOT IN ({masks}) HAVING count(DISTINCT o.{column}) = 1)")
+    return (
+        f"(SELECT min(o.{column}) FROM {rule['table']} o WHERE {same} AND trim(o.dilution_comparison) = "
+        f"trim(t.dilution_comparison) AND o.{column} NOT IN ({masks}) HAVING count(DISTINCT o.{column}) = 1)"
+    )
 
 
 def breakpoint_sql(rule: dict[str, Any]) -> str:
@@ -181,9 +217,11 @@ def breakpoint_sql(rule: dict[str, Any]) -> str:
     comparison, value = "trim(t.dilution_comparison)", "t.dilution_value"
     whens = []
     for bp in rule["breakpoints"]:
-        pair = f"{concept_sql('t.org_name')} LIKE {_quote(bp['organism'])} AND {concept_sql('t.ab_name')} = {_quote(bp['antibiotic'])}"
-        whens.append(f"WHEN {pair} AND {comparison} IN ('=>', '>', '=') AND {value} >= {float(bp['resistant_at_least'])} THEN 'R'")
-        whens.append(f"WHEN {pair} AND {comparison} IN ('<=', '<', '=') AND {value} <= {float(bp['susceptible_at_most'])} THEN 'S'")
+        organism, antibiotic = _quote(bp["organism"]), _quote(bp["antibiotic"])
+        pair = f"{concept_sql('t.org_name')} LIKE {organism} AND {concept_sql('t.ab_name')} = {antibiotic}"
+        resistant, susceptible = float(bp["resistant_at_least"]), float(bp["susceptible_at_most"])
+        whens.append(f"WHEN {pair} AND {comparison} IN ('=>', '>', '=') AND {value} >= {resistant} THEN 'R'")
+        whens.append(f"WHEN {pair} AND {comparison} IN ('<=', '<', '=') AND {value} <= {susceptible} THEN 'S'")
     return f"(CASE {' '.join(whens)} END)"
 
 
@@ -195,9 +233,13 @@ def _moved_together(con: duckdb.DuckDBPyConnection, case: Case, fact: dict[str, 
         return False
     keys = " AND ".join(f"a.{c} = s.{c}" for c in fact["id"])  # the row's identity (a patch key may hold the time)
     others = [c for c in load_schema()[table].column_names if c not in (start, end)]
-    same = " AND ".join([f"a.{c} IS NOT DISTINCT FROM s.{c}" for c in others] + [f"a.{end} - a.{start} = s.{end} - s.{start}"])
+    same = " AND ".join(
+        [f"a.{c} IS NOT DISTINCT FROM s.{c}" for c in others] + [f"a.{end} - a.{start} = s.{end} - s.{start}"]
+    )
     source = f'"{source_catalog(con)}".main.{table}'
-    n, kept = con.execute(f"SELECT count(*), count(*) FILTER (WHERE {same}) FROM temp.main.__add_{table} a JOIN {source} s ON {keys}").fetchall()[0]
+    n, kept = con.execute(
+        f"SELECT count(*), count(*) FILTER (WHERE {same}) FROM temp.main.__add_{table} a JOIN {source} s ON {keys}"
+    ).fetchall()[0]
     return n == len(patch.add) and kept == n
 
 
@@ -215,7 +257,9 @@ def zero_count(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any])
     """A count or yes/no over a window inside the record's covered time span is 0 / no, not unknown."""
     for window in _facts(rule, "windows", case):
         cover = window["covered_by"]
-        lo, hi = con.execute(f"SELECT min({cover['column']})::DATE, max({cover['column']})::DATE FROM {cover['table']}").fetchall()[0]
+        lo, hi = con.execute(
+            f"SELECT min({cover['column']})::DATE, max({cover['column']})::DATE FROM {cover['table']}"
+        ).fetchall()[0]
         start, end = (_date(con, case.slots[window[k]]) for k in ("start", "end"))
         if lo is not None and lo <= start and end <= hi:
             return _definite(case.naive) or _nothing(case)
@@ -242,8 +286,10 @@ def other_qualifying_record(con: duckdb.DuckDBPyConnection, case: Case, rule: di
         entity = ", ".join(fact["entity"])
         patch, source = case.patch.tables[table], f'"{source_catalog(con)}".main.{table}'
         on = " AND ".join(f"s.{c} IS NOT DISTINCT FROM h.{c}" for c in patch.key_columns)
-        touched = (f"SELECT {entity} FROM {source} s SEMI JOIN temp.main.__hide_{table} h ON {on} "
-                   f"UNION ALL SELECT {entity} FROM temp.main.__add_{table}")
+        touched = (
+            f"SELECT {entity} FROM {source} s SEMI JOIN temp.main.__hide_{table} h ON {on} "
+            f"UNION ALL SELECT {entity} FROM temp.main.__add_{table}"
+        )
         same = " AND ".join(f"t.{c} IS NOT DISTINCT FROM k.{c}" for c in fact["entity"])
         untouched = f"SELECT t.* FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM ({touched}) k WHERE {same})"
         with temp_views(con, {table: untouched}) as names:
@@ -258,14 +304,18 @@ def either_value(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any
     """Rows added beside existing rows of the same record (a conflict): the answer read with every record's
     original rows and the answer read with every record's added rows; one answer both ways is the answer."""
     tree = gold_tree(case)
-    added = {t: p for t, p in case.patch.tables.items() if p.add and not p.hide and t in rule["records"] and reads(tree, t)}
+    added = {
+        t: p for t, p in case.patch.tables.items() if p.add and not p.hide and t in rule["records"] and reads(tree, t)
+    }
     if not added:
         return None
     catalog = source_catalog(con)
     originals = {t: f'SELECT * FROM "{catalog}".main.{t}' for t in added}
-    replaced = {t: f'SELECT * FROM {t} EXCEPT ALL SELECT s.* FROM "{catalog}".main.{t} s WHERE '
-                   f'({", ".join(f"s.{c}" for c in rule["records"][t])}) IN ({_tuples(p.add, rule["records"][t])})'
-                for t, p in added.items()}
+    replaced = {
+        t: f'SELECT * FROM {t} EXCEPT ALL SELECT s.* FROM "{catalog}".main.{t} s WHERE '
+        f"({', '.join(f's.{c}' for c in rule['records'][t])}) IN ({_tuples(p.add, rule['records'][t])})"
+        for t, p in added.items()
+    }
     answers = []
     for views in (originals, replaced):
         with temp_views(con, views) as names:
@@ -294,10 +344,14 @@ def sibling_resolves(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str,
         siblings = ", ".join(f"({expr}) AS __sibling_{c}" for c, expr in columns.items())
         window = f"OVER (PARTITION BY {', '.join(resolver['record'])})"
         settled = " OR ".join(_settled(c, window) for c in columns)
-        resolved = (f"SELECT * EXCLUDE ({', '.join(f'__sibling_{c}' for c in columns)}, __drop) FROM ("
-                    f"SELECT *, {settled} AS __drop FROM (SELECT t.*, {siblings} FROM {table} t WHERE {inside})) "
-                    f"WHERE NOT __drop")
-        if scalar(con, f"SELECT count(*) FROM {table} t WHERE {inside}") > scalar(con, f"SELECT count(*) FROM ({resolved})"):
+        resolved = (
+            f"SELECT * EXCLUDE ({', '.join(f'__sibling_{c}' for c in columns)}, __drop) FROM ("
+            f"SELECT *, {settled} AS __drop FROM (SELECT t.*, {siblings} FROM {table} t WHERE {inside})) "
+            f"WHERE NOT __drop"
+        )
+        if scalar(con, f"SELECT count(*) FROM {table} t WHERE {inside}") > scalar(
+            con, f"SELECT count(*) FROM ({resolved})"
+        ):
             views[table] = f"SELECT * FROM {table} t WHERE NOT {inside} UNION ALL {resolved}"
     if not views:
         return None
@@ -311,9 +365,11 @@ def _settled(column: str, window: str) -> str:
     order)."""
     text = lambda c: f"CAST({c} AS VARCHAR)"  # noqa: E731
     sibling = text(f"__sibling_{column}")
-    same = (f"({text(column)} = {sibling} OR coalesce(TRY_CAST({text(column)} AS DOUBLE) = TRY_CAST({sibling} AS DOUBLE), "
-            f"false) OR coalesce(list_contains(string_split({text(column)}, '/'), {sibling}), false))")
-    return (f"coalesce(NOT {same} AND count(DISTINCT {column}) {window} > 1 AND bool_or({same}) {window}, false)")
+    same = (
+        f"({text(column)} = {sibling} OR coalesce(TRY_CAST({text(column)} AS DOUBLE) = TRY_CAST({sibling} AS DOUBLE), "
+        f"false) OR coalesce(list_contains(string_split({text(column)}, '/'), {sibling}), false))"
+    )
+    return f"coalesce(NOT {same} AND count(DISTINCT {column}) {window} > 1 AND bool_or({same}) {window}, false)"
 
 
 def _among(rows: list[dict[str, Any]], columns: list[str], alias: str = "t") -> str:

@@ -19,11 +19,20 @@ from pipeline.noise.code_fit import fitting_codes, sex_ranges
 from pipeline.noise.fresh_ids import fresh_ids
 from pipeline.noise.measurements import item_precision, item_span, measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
-from pipeline.noise.siblings import sibling_patch
 from pipeline.noise.rules import (
-    Evidence, Rule, duplicate_rules, evidence_table_name, flagged_on_source, is_patient, pick, read_value_column,
-    scoped_twin, table_evidence, time_shift,
+    Evidence,
+    Rule,
+    duplicate_rules,
+    evidence_table_name,
+    flagged_on_source,
+    is_patient,
+    pick,
+    read_value_column,
+    scoped_twin,
+    table_evidence,
+    time_shift,
 )
+from pipeline.noise.siblings import sibling_patch
 from pipeline.templates.render import sql_literal
 
 FACTORS = (1.1, 1.2, 1.25, 1.5)  # a numeric duplicate: the original times one of these
@@ -48,15 +57,20 @@ def record_of(table: str | None, gold_sql: str) -> Record | None:
     if facts is not None:
         return Record(table, spec["group"], facts.number, facts.item, spec.get("fresh_id"))
     value = read_value_column(table, gold_sql)
-    return Record(table, spec["group"], value, None, spec.get("fresh_id"), tuple(spec.get("alike", []))) if value else None
+    return (
+        Record(table, spec["group"], value, None, spec.get("fresh_id"), tuple(spec.get("alike", []))) if value else None
+    )
 
 
 def conflict_rule(record: Record, rows: pl.DataFrame) -> Rule:
-    """True for a row whose record (group) holds more than one distinct value (a measurement: of the evidence's items)."""
+    """True for a row whose record (group) holds more than one distinct value (a measurement: of the evidence's
+    items)."""
     columns, value = ", ".join(record.group), record.value
     items = sorted(set(rows[record.item].to_list())) if record.item else []
     where = f" WHERE {record.item} IN ({', '.join(sql_literal(i) for i in items)})" if items else ""
-    sql = f"({columns}) IN (SELECT {columns} FROM {record.table}{where} GROUP BY ALL HAVING count(DISTINCT {value}) > 1)"
+    sql = (
+        f"({columns}) IN (SELECT {columns} FROM {record.table}{where} GROUP BY ALL HAVING count(DISTINCT {value}) > 1)"
+    )
     conflicting = pl.col(value).drop_nulls().n_unique().over(record.group) > 1
     expr = pl.all_horizontal([pl.col(c).is_not_null() for c in record.group]) & conflicting
     return Rule(sql, expr, pl.col(record.item).is_in(items) if items else None)
@@ -90,9 +104,15 @@ def _other_texts(con, record: Record, row: dict) -> list:
     if record.value == "icd_code" and record.table in sex_ranges():
         return fitting_codes(con, record.table, row["subject_id"], row["icd_version"], row["icd_code"])
     alike = "".join(f" AND {c} = ?" for c in record.alike)
-    return [r[0] for r in con.execute(
-        f"SELECT {record.value} FROM {record.table} WHERE {record.value} IS NOT NULL AND {record.value} <> ?{alike} "
-        f"GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 50", [row[record.value], *(row[c] for c in record.alike)]).fetchall()]
+    return [
+        r[0]
+        for r in con.execute(
+            f"SELECT {record.value} FROM {record.table} "
+            f"WHERE {record.value} IS NOT NULL AND {record.value} <> ?{alike} "
+            f"GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 50",
+            [row[record.value], *(row[c] for c in record.alike)],
+        ).fetchall()
+    ]
 
 
 def measured_other(con, ev: Evidence, row: dict, rng) -> dict:
@@ -124,8 +144,10 @@ def conflicting_copies(con, ev: Evidence, record: Record, rows: list[dict], rng)
 class ConflictingDuplicate(NoiseSubtype):
     name = "conflicting_duplicate"
     level = "record"
-    requires = ("evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads, and its "
-                "position (seq_num) where the table has one")
+    requires = (
+        "evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads, and its "
+        "position (seq_num) where the table has one"
+    )
     version = 7  # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
     # 3: no tells: numbers at the item's precision, non-round time shifts, sex-fitting codes, ids beside the patient's
     # (a code's second row at its position conflicts only for a question that reads the position);

@@ -24,7 +24,14 @@ import sqlglot
 import yaml
 
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
-from pipeline.noise.encounters import declared_evidence_tables, lead_of, outside_mask, outside_sql, parent_encounter, with_tables
+from pipeline.noise.encounters import (
+    declared_evidence_tables,
+    lead_of,
+    outside_mask,
+    outside_sql,
+    parent_encounter,
+    with_tables,
+)
 from pipeline.noise.evidence import evidence_table, rows_by_key
 from pipeline.noise.exclusion import excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
@@ -47,7 +54,9 @@ def timed_tables() -> dict[str, dict]:
 
 
 # table -> its time columns, the one compared with the window first (the cautious agent's checks read it)
-TIME_COLUMNS = {t: [s["time"], *s.get("along", []), *([s["end"]] if s.get("end") else [])] for t, s in timed_tables().items()}
+TIME_COLUMNS = {
+    t: [s["time"], *s.get("along", []), *([s["end"]] if s.get("end") else [])] for t, s in timed_tables().items()
+}
 
 
 @register
@@ -74,7 +83,9 @@ class DisplacedTime(NoiseSubtype):
         count = 1 if patient else min(MAX_DISPLACED, max(1, len(inside) // 2))
         chosen = [inside[i] for i in sorted(rng.choice(len(inside), count, replace=False))]
         moving, step = moved_columns(table, task.gold_sql), granularity(con, table, time)
-        moved = [_rederived(_displace(row, moving, start, lead, step, rng), timed_tables()[table]) for row, start in chosen]
+        moved = [
+            _rederived(_displace(row, moving, start, lead, step, rng), timed_tables()[table]) for row, start in chosen
+        ]
         before = [r for r, _ in chosen]
         if witnessed(con, table, before):
             raise Rejected("witnessed_elsewhere")
@@ -84,17 +95,30 @@ class DisplacedTime(NoiseSubtype):
         outside = outside_sql(enc, "e" if patient else table, time, as_date, lead)
         gold, inspect = load_python_program(template), {"table": table, "filter": task.slots}
         if not patient:
-            return NoisyTwin(patch, "repair", None, excluding_sql(task.gold_sql, table, outside),
-                             _excluding_outside(gold, table, enc, time, lead), inspect)
+            return NoisyTwin(
+                patch,
+                "repair",
+                None,
+                excluding_sql(task.gold_sql, table, outside),
+                _excluding_outside(gold, table, enc, time, lead),
+                inspect,
+            )
         _reject_if_still_answered(con, task, template, table, _keys(before, key_columns))
         new_keys = _keys(moved, key_columns)  # the guard reads the moved rows (their key may hold the time)
 
         def reference(tables):
-            return guarded_python(template, gold, table, new_keys, lambda ev: bool(outside_mask(ev, tables, enc, time, lead).any()))
+            return guarded_python(
+                template, gold, table, new_keys, lambda ev: bool(outside_mask(ev, tables, enc, time, lead).any())
+            )
 
-        return NoisyTwin(patch, "abstain", AnswerValue(value=None),
-                         guarded_sql(task.gold_sql, table, new_keys, f"EXISTS (SELECT 1 FROM evidence e WHERE {outside})"),
-                         with_tables(reference), inspect)
+        return NoisyTwin(
+            patch,
+            "abstain",
+            AnswerValue(value=None),
+            guarded_sql(task.gold_sql, table, new_keys, f"EXISTS (SELECT 1 FROM evidence e WHERE {outside})"),
+            with_tables(reference),
+            inspect,
+        )
 
 
 def moved_columns(table: str, gold_sql: str) -> list[str]:
@@ -113,7 +137,8 @@ def granularity(con, table: str, column: str) -> dt.timedelta | None:
         return None
     ((odd_minutes, odd_seconds, total),) = con.execute(
         f"SELECT count(*) FILTER (WHERE minute({column}) <> 0 OR second({column}) <> 0), count(*) FILTER (WHERE "
-        f"second({column}) <> 0), count(*) FROM {table} WHERE {column} IS NOT NULL").fetchall()
+        f"second({column}) <> 0), count(*) FROM {table} WHERE {column} IS NOT NULL"
+    ).fetchall()
     return HOUR if odd_minutes <= total / 100 else MINUTE if odd_seconds <= total / 100 else SECOND
 
 
@@ -124,10 +149,17 @@ def _keys(rows: list[dict], columns: list[str]) -> list[dict]:
 def _rows_inside(con, enc, rows, time) -> list[tuple[dict, object]]:
     """(row, its encounter's start) for the rows whose time lies inside their encounter's window."""
     ids = sorted({row[enc.key] for row in rows if row[enc.key] is not None})
-    sql = f"SELECT {enc.key}, {enc.start}, {enc.end} FROM {enc.table} WHERE {enc.key} IN ({', '.join('?' for _ in ids)})"
-    found = {k: (s, e) for k, s, e in con.execute(sql, ids).fetchall() if s is not None and e is not None} if ids else {}
-    inside = [(row, found[row[enc.key]][0]) for row in rows
-              if row[enc.key] in found and row[time] is not None and _inside(row[time], *found[row[enc.key]])]
+    sql = (
+        f"SELECT {enc.key}, {enc.start}, {enc.end} FROM {enc.table} WHERE {enc.key} IN ({', '.join('?' for _ in ids)})"
+    )
+    found = (
+        {k: (s, e) for k, s, e in con.execute(sql, ids).fetchall() if s is not None and e is not None} if ids else {}
+    )
+    inside = [
+        (row, found[row[enc.key]][0])
+        for row in rows
+        if row[enc.key] in found and row[time] is not None and _inside(row[time], *found[row[enc.key]])
+    ]
     if not inside:
         raise Rejected("evidence_not_inside_window")
     return inside

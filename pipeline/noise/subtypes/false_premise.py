@@ -29,7 +29,10 @@ class FalsePremise(NoiseSubtype):
     level = "query"
     version = 4  # 2: concepts compared as concepts; the premise is false in every table recording the concept;
     # 3: not on counts and lists (zero and none are answers); 4: rows without an admission in its time count for it
-    requires = "a patient-level, non-count, non-list template with a concept slot (one with a vocabulary) or both subject_id and hadm_id"
+    requires = (
+        "a patient-level, non-count, non-list template with a concept slot (one with a vocabulary) "
+        "or both subject_id and hadm_id"
+    )
 
     def applies(self, template):
         """Listed, patient-level, with a concept or admission to swap, and an answer that presupposes the event:
@@ -37,8 +40,12 @@ class FalsePremise(NoiseSubtype):
         absence, so only value questions and a template's presupposing booleans are listed."""
         slots = template.spec.slots
         answered_by_absence = template.spec.answer.type in (AnswerType.count, AnswerType.list)
-        return super().applies(template) and template.spec.scope.value == "patient" and not answered_by_absence and (
-            bool(concept_slots(template)) or {"subject_id", "hadm_id"} <= set(slots))
+        return (
+            super().applies(template)
+            and template.spec.scope.value == "patient"
+            and not answered_by_absence
+            and (bool(concept_slots(template)) or {"subject_id", "hadm_id"} <= set(slots))
+        )
 
     def make(self, con, task, template, rng):
         concepts = concept_slots(template)
@@ -81,7 +88,9 @@ def recorded_concepts(con, task, source: str) -> dict[str, str]:
         where = " AND ".join([_entity_sql(table, s) for s in entity]) or "TRUE"
         join = f" JOIN {record['via']} d USING ({', '.join(record['keys'])})" if "via" in record else ""
         params = [task.slots[s] for s in entity for _ in range(_entity_sql(table, s).count("?"))]
-        names = con.execute(f"SELECT DISTINCT {_name_column(record)} FROM {table} t{join} WHERE {where}", params).fetchall()
+        names = con.execute(
+            f"SELECT DISTINCT {_name_column(record)} FROM {table} t{join} WHERE {where}", params
+        ).fetchall()
         for (name,) in names:
             found.setdefault(concept_key(name), table)
     return found
@@ -93,9 +102,11 @@ def _entity_sql(table: str, slot: str) -> str:
     time = unlinked_time(table) if slot == "hadm_id" else None
     if time is None:
         return f"t.{slot} = ?"
-    return (f"(t.hadm_id = ? OR (t.hadm_id IS NULL AND EXISTS (SELECT 1 FROM admissions a WHERE a.hadm_id = ? "
-            f"AND a.subject_id = t.subject_id AND CAST(t.{time} AS DATE) BETWEEN "
-            f"CAST(a.admittime - INTERVAL {lead_of(table)} HOUR AS DATE) AND CAST(a.dischtime AS DATE))))")
+    return (
+        f"(t.hadm_id = ? OR (t.hadm_id IS NULL AND EXISTS (SELECT 1 FROM admissions a WHERE a.hadm_id = ? "
+        f"AND a.subject_id = t.subject_id AND CAST(t.{time} AS DATE) BETWEEN "
+        f"CAST(a.admittime - INTERVAL {lead_of(table)} HOUR AS DATE) AND CAST(a.dischtime AS DATE))))"
+    )
 
 
 def _name_column(record: dict) -> str:
@@ -108,13 +119,17 @@ def _concept_candidates(con, task, template, slot, rng) -> list:
     entity = [s for s in ENTITY_SLOTS if s in task.slots]
     source = template.spec.slots[slot].vocabulary
     sampler = f"({render_sampler(template.spec.sampler)}) s"
-    patient = con.sql(f"SELECT DISTINCT {', '.join(entity)}, {slot} AS v FROM {sampler} WHERE subject_id = ?"
-                      " ORDER BY ALL", params=[task.slots["subject_id"]]).pl()
+    patient = con.sql(
+        f"SELECT DISTINCT {', '.join(entity)}, {slot} AS v FROM {sampler} WHERE subject_id = ? ORDER BY ALL",
+        params=[task.slots["subject_id"]],
+    ).pl()
     mine = {concept_key(v) for v in patient.filter(*(patient[s] == task.slots[s] for s in entity))["v"].to_list()}
     mine.add(concept_key(task.slots[slot]))
     same_patient = _one_per_concept(patient["v"].drop_nulls().to_list(), source, mine)
-    everyone = [r[0] for r in con.execute(f"SELECT DISTINCT {slot} FROM {sampler} WHERE {slot} IS NOT NULL"
-                                          " ORDER BY 1").fetchall()]
+    everyone = [
+        r[0]
+        for r in con.execute(f"SELECT DISTINCT {slot} FROM {sampler} WHERE {slot} IS NOT NULL ORDER BY 1").fetchall()
+    ]
     others = _one_per_concept(everyone, source, mine | {concept_key(v) for v in same_patient})
     rng.shuffle(same_patient)
     rng.shuffle(others)
@@ -131,6 +146,8 @@ def _one_per_concept(values: list, source: str, exclude: set) -> list:
 
 def _other_admissions(con, task) -> list:
     """Other admissions of the same patient (the question then asks about an event that one never had)."""
-    rows = con.execute("SELECT hadm_id FROM admissions WHERE subject_id = ? AND hadm_id <> ? ORDER BY hadm_id",
-                       [task.slots["subject_id"], task.slots["hadm_id"]]).fetchall()
+    rows = con.execute(
+        "SELECT hadm_id FROM admissions WHERE subject_id = ? AND hadm_id <> ? ORDER BY hadm_id",
+        [task.slots["subject_id"], task.slots["hadm_id"]],
+    ).fetchall()
     return [r[0] for r in rows]

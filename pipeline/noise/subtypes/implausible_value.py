@@ -14,7 +14,11 @@ from pipeline.noise.evidence import evidence_table, frame_by_key
 from pipeline.noise.exclusion import excluding_python, excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.measurements import (
-    MeasurementTable, PlausibleRange, item_precision, measurement_tables, plausible_ranges,
+    MeasurementTable,
+    PlausibleRange,
+    item_precision,
+    measurement_tables,
+    plausible_ranges,
 )
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.templates.answers import AnswerValue
@@ -27,7 +31,8 @@ SLIPS = (10, 100, 1000)  # a decimal point moved one to three places
 def impossible_sql(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) -> str:
     """True for a row whose number lies outside its item's possible range."""
     return " OR ".join(
-        f"({facts.item} = {item} AND ({facts.number} < {r.low} OR {facts.number} > {r.high}))" for item, r in sorted(ranges.items())
+        f"({facts.item} = {item} AND ({facts.number} < {r.low} OR {facts.number} > {r.high}))"
+        for item, r in sorted(ranges.items())
     )
 
 
@@ -50,26 +55,46 @@ class ImplausibleValue(NoiseSubtype):
         facts, ranges = measurement_tables().get(table), plausible_ranges().get(table, {})
         if facts is None:
             raise Rejected("not_a_measurement_table")
-        rows = frame_by_key(con, table, keys).filter(pl.col(facts.number).is_not_null() & pl.col(facts.item).is_in(list(ranges)))
+        rows = frame_by_key(con, table, keys).filter(
+            pl.col(facts.number).is_not_null() & pl.col(facts.item).is_in(list(ranges))
+        )
         if rows.is_empty():
             raise Rejected("no_plausibility_range")
         patient = template.spec.scope.value == "patient"
         if patient and rows.height != len(keys):
             raise Rejected("evidence_not_clean")
-        picked = range(rows.height) if patient else sorted(rng.choice(rows.height, min(MAX_ALTERED, max(1, rows.height // 2)), replace=False))
+        picked = (
+            range(rows.height)
+            if patient
+            else sorted(rng.choice(rows.height, min(MAX_ALTERED, max(1, rows.height // 2)), replace=False))
+        )
         chosen = [rows.row(int(i), named=True) for i in picked]
         altered = [self._impossible(con, row, facts, ranges[row[facts.item]], rng) for row in chosen]
         hide = [{c: row[c] for c in key_columns} for row in chosen]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hide, add=altered)})
         items = {item: ranges[item] for item in rows[facts.item].unique(maintain_order=True).to_list()}
-        rule_sql, rule_expr, gold = impossible_sql(facts, items), impossible_expr(facts, items), load_python_program(template)
+        rule_sql, rule_expr, gold = (
+            impossible_sql(facts, items),
+            impossible_expr(facts, items),
+            load_python_program(template),
+        )
         if patient:
-            return NoisyTwin(patch, "abstain", AnswerValue(value=None),
-                             guarded_sql(task.gold_sql, table, keys, f"EXISTS (SELECT 1 FROM evidence WHERE {rule_sql})"),
-                             guarded_python(template, gold, table, keys, lambda ev: ev.filter(rule_expr).height > 0),
-                             {"table": table, "filter": task.slots})
-        return NoisyTwin(patch, "repair", None, excluding_sql(task.gold_sql, table, rule_sql),
-                         excluding_python(gold, table, rule_expr), {"table": table, "filter": task.slots})
+            return NoisyTwin(
+                patch,
+                "abstain",
+                AnswerValue(value=None),
+                guarded_sql(task.gold_sql, table, keys, f"EXISTS (SELECT 1 FROM evidence WHERE {rule_sql})"),
+                guarded_python(template, gold, table, keys, lambda ev: ev.filter(rule_expr).height > 0),
+                {"table": table, "filter": task.slots},
+            )
+        return NoisyTwin(
+            patch,
+            "repair",
+            None,
+            excluding_sql(task.gold_sql, table, rule_sql),
+            excluding_python(gold, table, rule_expr),
+            {"table": table, "filter": task.slots},
+        )
 
     @staticmethod
     def _impossible(con, row: dict, facts: MeasurementTable, bounds: PlausibleRange, rng) -> dict:

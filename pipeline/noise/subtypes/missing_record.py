@@ -5,9 +5,9 @@ from __future__ import annotations
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
 from pipeline.noise.encounters import declared_evidence_tables
 from pipeline.noise.evidence import candidate_keys, evidence_table
-from pipeline.noise.slot_swap import concept_slots
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.patch import Patch, TablePatch
+from pipeline.noise.slot_swap import concept_slots
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
 from pipeline.templates.spec import AnswerType
@@ -28,14 +28,20 @@ class MissingRecord(NoiseSubtype):
     version = 3  # 2: rejected when the noisy data still answers the clean question; 3: zero, no, none are answers
     noisy_data_unanswerable = True
 
-    requires = ("a value answer, or a count / yes-no / list over one encounter's rows of a table every admission "
-                "has (diagnoses_icd, services, transfers) with no concept slot: zero, no and none are answers")
+    requires = (
+        "a value answer, or a count / yes-no / list over one encounter's rows of a table every admission "
+        "has (diagnoses_icd, services, transfers) with no concept slot: zero, no and none are answers"
+    )
 
     def applies(self, template):
         if template.spec.answer.type not in ANSWERED_BY_ABSENCE:
             return super().applies(template)
-        return (super().applies(template) and template.spec.scope.value == "patient" and not concept_slots(template)
-                and declared_evidence_tables(template) <= ALWAYS_RECORDED)
+        return (
+            super().applies(template)
+            and template.spec.scope.value == "patient"
+            and not concept_slots(template)
+            and declared_evidence_tables(template) <= ALWAYS_RECORDED
+        )
 
     def make(self, con, task, template, rng):
         table, _, _ = evidence_table(task)

@@ -11,7 +11,11 @@ from pipeline.templates.programs import load_python_program
 from pipeline.templates.render import render_sql
 
 # entity slot -> (table, column) where its identifiers live; the most specific present slot is replaced
-ENTITY_SLOTS = {"stay_id": ("icustays", "stay_id"), "hadm_id": ("admissions", "hadm_id"), "subject_id": ("patients", "subject_id")}
+ENTITY_SLOTS = {
+    "stay_id": ("icustays", "stay_id"),
+    "hadm_id": ("admissions", "hadm_id"),
+    "subject_id": ("patients", "subject_id"),
+}
 
 
 @register

@@ -57,7 +57,9 @@ class NullValue(NoiseSubtype):
             patch=patch,
             contract="abstain",
             expected=AnswerValue(value=None),
-            reference_sql=guarded_sql(task.gold_sql, table, keys, f"EXISTS (SELECT 1 FROM evidence WHERE {number} IS NULL)"),
+            reference_sql=guarded_sql(
+                task.gold_sql, table, keys, f"EXISTS (SELECT 1 FROM evidence WHERE {number} IS NULL)"
+            ),
             reference_python=guarded_python(template, gold, table, keys, lambda ev: ev[number].is_null().any()),
             inspect={"table": table, "filter": task.slots},
         )

@@ -14,8 +14,14 @@ itself reads such a table (other than its evidence) is rejected (`question_reads
 from __future__ import annotations
 
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
-from pipeline.noise.encounters import (declared_evidence_tables, needs_encounter, orphan_expr, orphan_sql,
-                                      parent_encounter, with_tables)
+from pipeline.noise.encounters import (
+    declared_evidence_tables,
+    needs_encounter,
+    orphan_expr,
+    orphan_sql,
+    parent_encounter,
+    with_tables,
+)
 from pipeline.noise.evidence import evidence_table, frame_by_key
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.patch import Patch, TablePatch
@@ -32,13 +38,18 @@ class OrphanReference(NoiseSubtype):
     # 2: the encounter's rows in other tables that record it (transfers, ICU stays) are hidden too
     # 3: only patient questions that need the encounter row (a window offset from its times); its services too
     version = 3
-    requires = ("patient scope, and evidence rows that reference an encounter whose times bound the question's "
-                "window (or whose non-key attributes it reads)")
+    requires = (
+        "patient scope, and evidence rows that reference an encounter whose times bound the question's "
+        "window (or whose non-key attributes it reads)"
+    )
 
     def applies(self, template):
         """Listed, patient scope, and the gold SQL needs the parent encounter of an evidence table."""
-        return (super().applies(template) and template.spec.scope is Scope.patient and any(
-            _needs_parent(template, table) for table in declared_evidence_tables(template) - {"admissions"}))
+        return (
+            super().applies(template)
+            and template.spec.scope is Scope.patient
+            and any(_needs_parent(template, table) for table in declared_evidence_tables(template) - {"admissions"})
+        )
 
     def make(self, con, task, template, rng):
         table, _, keys = evidence_table(task)
@@ -48,17 +59,26 @@ class OrphanReference(NoiseSubtype):
         parents = frame_by_key(con, table, keys)[enc.key].drop_nulls().unique().sort().to_list()
         if not parents:
             raise Rejected("evidence_has_no_parent_key")
-        patch = Patch(tables={enc.table: TablePatch(key_columns=[enc.key], hide=[{enc.key: p} for p in parents]),
-                              **_records_of(con, enc, parents, table, task.gold_sql)})
+        patch = Patch(
+            tables={
+                enc.table: TablePatch(key_columns=[enc.key], hide=[{enc.key: p} for p in parents]),
+                **_records_of(con, enc, parents, table, task.gold_sql),
+            }
+        )
         gold = load_python_program(template)
 
         def reference(tables):
             orphaned = orphan_expr(tables, enc).fill_null(False)
             return guarded_python(template, gold, table, keys, lambda ev: bool(ev.select(orphaned).to_series().any()))
 
-        return NoisyTwin(patch, "abstain", AnswerValue(value=None),
-                         guarded_sql(task.gold_sql, table, keys, f"EXISTS (SELECT 1 FROM evidence e WHERE {orphan_sql(enc, 'e')})"),
-                         with_tables(reference), {"table": enc.table, "filter": {enc.key: parents}})
+        return NoisyTwin(
+            patch,
+            "abstain",
+            AnswerValue(value=None),
+            guarded_sql(task.gold_sql, table, keys, f"EXISTS (SELECT 1 FROM evidence e WHERE {orphan_sql(enc, 'e')})"),
+            with_tables(reference),
+            {"table": enc.table, "filter": {enc.key: parents}},
+        )
 
 
 def _needs_parent(template, table: str) -> bool:
@@ -76,7 +96,9 @@ def _records_of(con, enc, parents: list, evidence: str, gold_sql: str) -> dict[s
             continue
         if reads_table(gold_sql, rule["table"]):
             raise Rejected("question_reads_sibling")
-        encounters = con.execute(f"SELECT * FROM {enc.table} WHERE {enc.key} IN ({', '.join('?' for _ in parents)}) ORDER BY ALL", parents)
+        encounters = con.execute(
+            f"SELECT * FROM {enc.table} WHERE {enc.key} IN ({', '.join('?' for _ in parents)}) ORDER BY ALL", parents
+        )
         names = [d[0] for d in encounters.description]
         rows = [r for e in encounters.fetchall() for r in matching_rows(con, rule, dict(zip(names, e)))]
         keys = {tuple(r[c] for c in rule["key"]): {c: r[c] for c in rule["key"]} for r in rows}

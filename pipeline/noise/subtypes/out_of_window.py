@@ -29,7 +29,7 @@ from pipeline.templates.spec import AnswerType
 
 WINDOW_SLOTS = ("window_start", "window_end")
 NEAR_SHIFTS = tuple(range(1, 13))  # window lengths tried on each side first (each costs one gold query)
-FAR_SHIFTS = tuple(2 ** k for k in range(4, 15))  # then 16, 32, ... 16,384 lengths away
+FAR_SHIFTS = tuple(2**k for k in range(4, 15))  # then 16, 32, ... 16,384 lengths away
 ZERO_IS_AN_ANSWER = (AnswerType.count, AnswerType.boolean)
 
 
@@ -86,7 +86,9 @@ def _outside_coverage(task, template, span, length: int, first: int):
 
 def covered_span(con, subject_id=None) -> tuple[dt.date, dt.date]:
     """(first, last) day the record covers: the patient's rows, or every row (subject_id None)."""
-    ((lo, hi),) = con.execute(f"SELECT CAST(min(lo) AS DATE), CAST(max(hi) AS DATE) FROM ({_spans_sql(subject_id)})").fetchall()
+    ((lo, hi),) = con.execute(
+        f"SELECT CAST(min(lo) AS DATE), CAST(max(hi) AS DATE) FROM ({_spans_sql(subject_id)})"
+    ).fetchall()
     if lo is None:
         raise Rejected("record_covers_no_period")
     return lo, hi
@@ -101,10 +103,16 @@ def _twin(template, task, changed: dict):
     twin = swapped_twin(template, task, changed, _inspect(task))
     subject_id, gold = task.slots.get("subject_id"), twin.reference_python
     start, end = changed["window_start"], changed["window_end"]
-    twin.reference_sql = f"SELECT g.* FROM (\n{twin.reference_sql}\n) g\nWHERE {_span_overlap_sql(start, end, subject_id)}"
+    twin.reference_sql = (
+        f"SELECT g.* FROM (\n{twin.reference_sql}\n) g\nWHERE {_span_overlap_sql(start, end, subject_id)}"
+    )
 
     def reference_python(tables, slots):
-        return gold(tables, slots) if _overlaps(_frame_span(tables), slots["window_start"], slots["window_end"]) else empty_answer(template)
+        return (
+            gold(tables, slots)
+            if _overlaps(_frame_span(tables), slots["window_start"], slots["window_end"])
+            else empty_answer(template)
+        )
 
     twin.reference_python = reference_python
     return twin
@@ -112,21 +120,29 @@ def _twin(template, task, changed: dict):
 
 def _span_overlap_sql(start: str, end: str, subject_id) -> str:
     """SQL: the window [start, end] meets the covered span (the union of every table's [min, max])."""
-    return (f"(SELECT CAST(min(lo) AS DATE) <= {sql_literal(end)}::DATE AND CAST(max(hi) AS DATE) >= "
-            f"{sql_literal(start)}::DATE FROM ({_spans_sql(subject_id)}))")
+    return (
+        f"(SELECT CAST(min(lo) AS DATE) <= {sql_literal(end)}::DATE AND CAST(max(hi) AS DATE) >= "
+        f"{sql_literal(start)}::DATE FROM ({_spans_sql(subject_id)}))"
+    )
 
 
 def _spans_sql(subject_id) -> str:
     """SQL rows (lo, hi): each coverage table's first start and last end (the patient's rows, or all)."""
     where = "" if subject_id is None else f" WHERE subject_id = {int(subject_id)}"
-    return " UNION ALL ".join(f"SELECT min({c['start']}) AS lo, max({c['end']}) AS hi FROM {c['table']}{where}"
-                              for c in coverage_spans())
+    return " UNION ALL ".join(
+        f"SELECT min({c['start']}) AS lo, max({c['end']}) AS hi FROM {c['table']}{where}" for c in coverage_spans()
+    )
 
 
 def _frame_span(tables) -> tuple[dt.date, dt.date]:
     """The covered span computed in polars over the (scoped) tables."""
-    spans = [tables[c["table"]].lazy().select(lo=pl.col(c["start"]).min().cast(pl.Date), hi=pl.col(c["end"]).max().cast(pl.Date)).collect()
-             for c in coverage_spans()]
+    spans = [
+        tables[c["table"]]
+        .lazy()
+        .select(lo=pl.col(c["start"]).min().cast(pl.Date), hi=pl.col(c["end"]).max().cast(pl.Date))
+        .collect()
+        for c in coverage_spans()
+    ]
     both = pl.concat(spans)
     lo, hi = both["lo"].min(), both["hi"].max()
     return (lo, hi) if lo is not None else (dt.date.max, dt.date.min)

@@ -20,7 +20,14 @@ import polars as pl
 from pipeline.noise.base import NoiseSubtype, Rejected, register
 from pipeline.noise.measurements import measurement_tables
 from pipeline.noise.rules import (
-    Rule, alteration, evidence_table_name, flagged_on_source, is_patient, pick, placeholders, scoped_twin,
+    Rule,
+    alteration,
+    evidence_table_name,
+    flagged_on_source,
+    is_patient,
+    pick,
+    placeholders,
+    scoped_twin,
     table_evidence,
 )
 from pipeline.noise.siblings import companions, sibling_patch
@@ -55,13 +62,18 @@ class PlaceholderValue(NoiseSubtype):
     # 4: columns of the same row stating the same fact go NULL with the mask (siblings.yaml companions: a masked
     #    interpretation loses its MIC, a masked first care unit its last; a blind audit read the MIC)
     version = 4
-    requires = ("evidence in a table with a text value column (measurements.yaml, placeholders.yaml) the gold SQL "
-                "reads; at population scope, one without a number beside it")
+    requires = (
+        "evidence in a table with a text value column (measurements.yaml, placeholders.yaml) the gold SQL "
+        "reads; at population scope, one without a number beside it"
+    )
 
     def applies(self, template):
         columns = value_columns(evidence_table_name(template), template.gold_sql)
-        return (super().applies(template) and columns is not None
-                and (template.spec.scope is Scope.patient or columns[1] is None))
+        return (
+            super().applies(template)
+            and columns is not None
+            and (template.spec.scope is Scope.patient or columns[1] is None)
+        )
 
     def make(self, con, task, template, rng):
         ev = table_evidence(con, task)

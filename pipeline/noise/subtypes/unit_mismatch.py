@@ -29,8 +29,17 @@ from pipeline.env.verifier import convert_unit
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
 from pipeline.noise.measurements import item_precision, measurement_tables, written_like
 from pipeline.noise.rules import (
-    Evidence, Rule, alteration, confusable_units, evidence_table_name, flagged_on_source, is_patient, pick,
-    scoped_twin, table_evidence, unit_columns,
+    Evidence,
+    Rule,
+    alteration,
+    confusable_units,
+    evidence_table_name,
+    flagged_on_source,
+    is_patient,
+    pick,
+    scoped_twin,
+    table_evidence,
+    unit_columns,
 )
 from pipeline.templates.programs import load_python_program
 from pipeline.templates.render import sql_literal
@@ -147,7 +156,9 @@ def dose_number(text) -> tuple[float, int]:
 def _back_sql(units: Units, conversions: list[Conversion]) -> dict[str, str]:
     """{column: SQL expression} giving every re-expressed row's value and unit in its item's expected unit."""
     whens = lambda then: " ".join(  # noqa: E731
-        f"WHEN {units.item} = {sql_literal(c.item)} AND {units.unit} = {sql_literal(c.unit)} THEN {then(c)}" for c in conversions)
+        f"WHEN {units.item} = {sql_literal(c.item)} AND {units.unit} = {sql_literal(c.unit)} THEN {then(c)}"
+        for c in conversions
+    )
     value = units.number or units.text
     number = f"TRY_CAST({value} AS DOUBLE)"
     back = f"CASE {whens(lambda c: f'{number} * {c.slope!r} + {c.offset!r}')} ELSE {number} END"
@@ -186,7 +197,9 @@ def converting_python(gold, units: Units, conversions: list[Conversion]):
     return reference
 
 
-def first_convertible(con, units: Units, rows: pl.DataFrame, conversions: dict, tolerance: float, rng) -> tuple[dict, dict]:
+def first_convertible(
+    con, units: Units, rows: pl.DataFrame, conversions: dict, tolerance: float, rng
+) -> tuple[dict, dict]:
     """The first row, in random order, whose value re-expresses exactly at its precision, and its converted copy
     (a stay's temperatures: 98.6 °F is 37.0 °C, 98.7 °F no round number of °C)."""
     reason = "no_convertible_unit"
@@ -207,9 +220,14 @@ def re_expressed_twin(con, task, template, ev: Evidence, units: Units, expected:
         raise Rejected("no_convertible_unit")
     row, changed = first_convertible(con, units, servable, conversions, template.spec.answer.tolerance, rng)
     listed = [conversions[item] for item in sorted(conversions)]
-    return NoisyTwin(alteration(ev, [row], [changed]), "repair", task.answer,
-                     converting_sql(task.gold_sql, units, listed),
-                     converting_python(load_python_program(template), units, listed), {"table": ev.table, "filter": task.slots})
+    return NoisyTwin(
+        alteration(ev, [row], [changed]),
+        "repair",
+        task.answer,
+        converting_sql(task.gold_sql, units, listed),
+        converting_python(load_python_program(template), units, listed),
+        {"table": ev.table, "filter": task.slots},
+    )
 
 
 @register

@@ -1,15 +1,15 @@
 """unknown_concept (query level): the question names a real lab, drug, organism, unit... the record does not know.
 
 The concept slot's value is replaced by a real-world name of the same kind from a catalogue
-(pipeline/noise/unknown_concepts.yaml: a lab for a lab, an ICU for an ICU, written the way the record writes that
-kind) that this database does not know: its concept (pipeline/concepts.py) is in no dictionary column
-(concept_dictionaries.yaml) nor in the slot's vocabulary, and it is not `close` to any name of that kind the
-database holds (no typo, no part or whole of a known name, and one of its words finds nothing in an ILIKE search).
-A careful reader who looks the name up finds nothing to map it to and abstains, with patient and population
-scope alike; only value questions (and yes/no questions that presuppose the concept) are listed: a count (0), a
-list (none) or a plain yes/no (no) over a concept the record does not have is answered by its absence. A typo of a real name is not this noise: the careful
-reader recognises it and answers (the first blind audit's finding), so no catalogue name close to a known name is
-ever chosen. Code dictionaries (ICD titles, HCPCS) have no catalogue: every clinical name has a coded synonym.
+(pipeline/noise/unknown_concepts.yaml: a lab for a lab, an ICU for an ICU, written the way the record writes that kind)
+that this database does not know: its concept (pipeline/concepts.py) is in no dictionary column
+(concept_dictionaries.yaml) nor in the slot's vocabulary, and it is not `close` to any name of that kind the database
+holds (no typo, no part or whole of a known name, and one of its words finds nothing in an ILIKE search). A careful
+reader who looks the name up finds nothing to map it to and abstains, with patient and population scope alike; only
+value questions (and yes/no questions that presuppose the concept) are listed: a count (0), a list (none) or a plain
+yes/no (no) over a concept the record does not have is answered by its absence. A typo of a real name is not this noise:
+the careful reader recognises it and answers (the first blind audit's finding), so no catalogue name close to a known
+name is ever chosen. Code dictionaries (ICD titles, HCPCS) have no catalogue: every clinical name has a coded synonym.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ MIN_EDITS, LETTERS_PER_EDIT, MIN_WORD = 2, 8, 4  # closeness thresholds (see `cl
 
 class CatalogueEntry(BaseModel):
     """One vocabulary's unknown names (a list, or by slot name) and the columns they are compared with."""
+
     model_config = ConfigDict(extra="forbid")
     compare_with: list[str]
     names: list[str] | dict[str, list[str]]
@@ -114,7 +115,8 @@ def _typos(con, keys: list[str], known: Sequence[str]) -> set[str]:
         "p AS (SELECT c.k, c.s AS a, n.s AS b, greatest(?, greatest(length(c.s), length(n.s)) // ?) AS m "
         "FROM c, n WHERE abs(length(c.s) - length(n.s)) <= greatest(?, greatest(length(c.s), length(n.s)) // ?)) "
         "SELECT DISTINCT k FROM p WHERE levenshtein(a, b) <= m ORDER BY k",
-        [keys, list(known), MIN_EDITS, LETTERS_PER_EDIT, MIN_EDITS, LETTERS_PER_EDIT]).fetchall()
+        [keys, list(known), MIN_EDITS, LETTERS_PER_EDIT, MIN_EDITS, LETTERS_PER_EDIT],
+    ).fetchall()
     return {k for (k,) in rows}
 
 
@@ -124,12 +126,17 @@ _UNKNOWN: dict[tuple[str, str, str], tuple[str, ...]] = {}
 def unknown_names(con, vocab: str, slot: str, names: Sequence[str] | None = None) -> tuple[str, ...]:
     """The names (default: the catalogue's for the slot) that the database does not know and that are not close
     to a name of that kind it knows, sorted. The catalogue's answer is kept per database file, like column_keys."""
-    path = scalar(con, "SELECT coalesce(path, database_name) FROM duckdb_databases() WHERE database_name = current_database()")
+    path = scalar(
+        con, "SELECT coalesce(path, database_name) FROM duckdb_databases() WHERE database_name = current_database()"
+    )
     if names is None and (path, vocab, slot) in _UNKNOWN:
         return _UNKNOWN[(path, vocab, slot)]
     table, column = vocab.split(".")
-    absent = [n for n in (catalogue_names(vocab, slot) if names is None else names)
-              if not in_any_dictionary(con, n, also=((table, column),))]
+    absent = [
+        n
+        for n in (catalogue_names(vocab, slot) if names is None else names)
+        if not in_any_dictionary(con, n, also=((table, column),))
+    ]
     near = close(con, absent, known_keys(con, vocab)) if absent else {}
     found = tuple(sorted(n for n in absent if n not in near))
     if names is None:
@@ -145,8 +152,10 @@ class UnknownConcept(NoiseSubtype):
     # name, v2, was recognised and answered by a careful analyst in the first blind audit)
     # (and no longer on counts and lists, answered by absence; nor on code dictionaries, which have no catalogue)
     version = 3
-    requires = ("a value question (not a count or list) with a concept slot whose vocabulary has catalogue names "
-                "(unknown_concepts.yaml; ICD titles and HCPCS descriptions have none)")
+    requires = (
+        "a value question (not a count or list) with a concept slot whose vocabulary has catalogue names "
+        "(unknown_concepts.yaml; ICD titles and HCPCS descriptions have none)"
+    )
 
     def applies(self, template):
         """A value question naming a concept: a count (0) or a list (none) over a concept the record does not have
@@ -163,11 +172,15 @@ class UnknownConcept(NoiseSubtype):
         if not candidates:
             raise Rejected("no_unknown_concept")
         candidate = candidates[int(rng.integers(len(candidates)))]
-        return swapped_twin(template, task, {slot: candidate}, {"table": table, "filter": {column: candidate}},
-                            guard=(table, column, candidate))
+        return swapped_twin(
+            template,
+            task,
+            {slot: candidate},
+            {"table": table, "filter": {column: candidate}},
+            guard=(table, column, candidate),
+        )
 
 
 def _catalogued_slots(template) -> list[str]:
     """The template's concept slots whose vocabulary the catalogue has names for."""
-    return [slot for slot in concept_slots(template)
-            if catalogue_names(".".join(vocabulary(template, slot)), slot)]
+    return [slot for slot in concept_slots(template) if catalogue_names(".".join(vocabulary(template, slot)), slot)]

@@ -30,22 +30,33 @@ def write_diagnoses(ctx: Context, writer, adm: Admissions) -> None:
     counts = ctx.histogram("coding", "diagnoses_per_admission", len(adm))
     admission = expand(counts)
     icd_code, icd_version = _icd_codes(ctx, "diagnoses", "d_icd_diagnoses", len(admission))
-    writer.insert("diagnoses_icd", {
-        "subject_id": adm.subject_id[admission], "hadm_id": adm.hadm_id[admission],
-        "seq_num": rank_in_group(admission) + 1, "icd_code": icd_code, "icd_version": icd_version,
-    })
+    writer.insert(
+        "diagnoses_icd",
+        {
+            "subject_id": adm.subject_id[admission],
+            "hadm_id": adm.hadm_id[admission],
+            "seq_num": rank_in_group(admission) + 1,
+            "icd_code": icd_code,
+            "icd_version": icd_version,
+        },
+    )
 
 
 def write_procedures(ctx: Context, writer, adm: Admissions) -> None:
     counts = ctx.histogram("coding", "procedures_per_admission", len(adm))
     admission = expand(counts)
     icd_code, icd_version = _icd_codes(ctx, "procedures", "d_icd_procedures", len(admission))
-    writer.insert("procedures_icd", {
-        "subject_id": adm.subject_id[admission], "hadm_id": adm.hadm_id[admission],
-        "seq_num": rank_in_group(admission) + 1,
-        "chartdate": dates(uniform_times(ctx.rng, admission, adm.admit, adm.disch)),
-        "icd_code": icd_code, "icd_version": icd_version,
-    })
+    writer.insert(
+        "procedures_icd",
+        {
+            "subject_id": adm.subject_id[admission],
+            "hadm_id": adm.hadm_id[admission],
+            "seq_num": rank_in_group(admission) + 1,
+            "chartdate": dates(uniform_times(ctx.rng, admission, adm.admit, adm.disch)),
+            "icd_code": icd_code,
+            "icd_version": icd_version,
+        },
+    )
 
 
 def write_drgcodes(ctx: Context, writer, adm: Admissions) -> None:
@@ -55,12 +66,18 @@ def write_drgcodes(ctx: Context, writer, adm: Admissions) -> None:
         drg = Weighted.of(ctx.vocab.value("coding", "drg")[drg_type])
         pick = drg.indices(ctx.rng, len(admission))
         numbers = np.asarray([[np.nan if x is None else x for x in v[2:4]] for v in drg.values], dtype=float)
-        writer.insert("drgcodes", {
-            "subject_id": adm.subject_id[admission], "hadm_id": adm.hadm_id[admission],
-            "drg_type": Text.constant(drg_type, len(admission)),
-            "drg_code": Text(drg.column(0), pick), "description": Text(drg.column(1), pick),
-            "drg_severity": numbers[pick, 0], "drg_mortality": numbers[pick, 1],
-        })
+        writer.insert(
+            "drgcodes",
+            {
+                "subject_id": adm.subject_id[admission],
+                "hadm_id": adm.hadm_id[admission],
+                "drg_type": Text.constant(drg_type, len(admission)),
+                "drg_code": Text(drg.column(0), pick),
+                "description": Text(drg.column(1), pick),
+                "drg_severity": numbers[pick, 0],
+                "drg_mortality": numbers[pick, 1],
+            },
+        )
 
 
 def write_hcpcs(ctx: Context, writer, adm: Admissions) -> None:
@@ -68,9 +85,14 @@ def write_hcpcs(ctx: Context, writer, adm: Admissions) -> None:
     admission = expand(counts)
     hcpcs = Weighted.of(ctx.vocab.value("coding", "hcpcs"))
     pick = hcpcs.indices(ctx.rng, len(admission))
-    writer.insert("hcpcsevents", {
-        "subject_id": adm.subject_id[admission], "hadm_id": adm.hadm_id[admission],
-        "chartdate": dates(uniform_times(ctx.rng, admission, adm.admit, adm.disch)),
-        "hcpcs_cd": Text(hcpcs.column(0), pick), "seq_num": rank_in_group(admission) + 1,
-        "short_description": Text(hcpcs.column(1), pick),
-    })
+    writer.insert(
+        "hcpcsevents",
+        {
+            "subject_id": adm.subject_id[admission],
+            "hadm_id": adm.hadm_id[admission],
+            "chartdate": dates(uniform_times(ctx.rng, admission, adm.admit, adm.disch)),
+            "hcpcs_cd": Text(hcpcs.column(0), pick),
+            "seq_num": rank_in_group(admission) + 1,
+            "short_description": Text(hcpcs.column(1), pick),
+        },
+    )

@@ -69,9 +69,13 @@ def build_cohort(ctx: Context, first_index: int, n: int) -> Cohort:
     admit, disch = _chain_admissions(ctx, patient, _year_start(anchor_year), stay_plan["needed"])
     died, dod = _deaths(ctx, disch, counts)
     adm = Admissions(subject_id[patient], ctx.ids.take("hadm", len(patient)), admit, disch, died)
-    stays = Stays(stay_plan["admission"], ctx.ids.take("stay", len(stay_plan["admission"])),
-                  admit[stay_plan["admission"]] + stay_plan["start"],
-                  admit[stay_plan["admission"]] + stay_plan["end"], stay_plan["careunit"])
+    stays = Stays(
+        stay_plan["admission"],
+        ctx.ids.take("stay", len(stay_plan["admission"])),
+        admit[stay_plan["admission"]] + stay_plan["start"],
+        admit[stay_plan["admission"]] + stay_plan["end"],
+        stay_plan["careunit"],
+    )
     return Cohort(subject_id, anchor_year, dod, adm, stays)
 
 

@@ -14,10 +14,14 @@ from .writer import Text
 # consecutive ids; event ids (`labevent_id`, `microevent_id`) in per-patient blocks, consecutive within a
 # patient, with gaps between patients. Each kind: (first id, range width, the demo's mean gap, per patient).
 ID_LAYOUT = {
-    "subject": (10_000_000, 10_000_000, 400, 1), "hadm": (20_000_000, 10_000_000, 36_000, 3),
-    "stay": (30_000_000, 10_000_000, 70_000, 2), "transfer": (30_000_000, 10_000_000, 20_000, 6),
-    "specimen": (1, 100_000_000, 9_000, 150), "micro_specimen": (1, 100_000_000, 200_000, 10),
-    "pharmacy": (1, 100_000_000, 6_500, 200), "orderid": (1, 10_000_000, 500, 250),
+    "subject": (10_000_000, 10_000_000, 400, 1),
+    "hadm": (20_000_000, 10_000_000, 36_000, 3),
+    "stay": (30_000_000, 10_000_000, 70_000, 2),
+    "transfer": (30_000_000, 10_000_000, 20_000, 6),
+    "specimen": (1, 100_000_000, 9_000, 150),
+    "micro_specimen": (1, 100_000_000, 200_000, 10),
+    "pharmacy": (1, 100_000_000, 6_500, 200),
+    "orderid": (1, 10_000_000, 500, 250),
 }
 BLOCK_GAPS = {"labevent": 3_700, "microevent": 120}  # mean gap between two patients' blocks in the demo
 

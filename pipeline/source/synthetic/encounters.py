@@ -11,12 +11,19 @@ from .writer import Text, times
 
 
 def write_stays(ctx: Context, writer, adm: Admissions, stays: Stays) -> None:
-    writer.insert("icustays", {
-        "subject_id": adm.subject_id[stays.admission], "hadm_id": adm.hadm_id[stays.admission],
-        "stay_id": stays.stay_id, "first_careunit": stays.careunit, "last_careunit": stays.careunit,
-        "intime": times(stays.intime), "outtime": times(stays.outtime),
-        "los": (stays.outtime - stays.intime) / DAY,
-    })
+    writer.insert(
+        "icustays",
+        {
+            "subject_id": adm.subject_id[stays.admission],
+            "hadm_id": adm.hadm_id[stays.admission],
+            "stay_id": stays.stay_id,
+            "first_careunit": stays.careunit,
+            "last_careunit": stays.careunit,
+            "intime": times(stays.intime),
+            "outtime": times(stays.outtime),
+            "los": (stays.outtime - stays.intime) / DAY,
+        },
+    )
 
 
 def write_transfers(ctx: Context, writer, adm: Admissions, stays: Stays, edregtime: np.ndarray) -> None:
@@ -33,13 +40,18 @@ def write_transfers(ctx: Context, writer, adm: Admissions, stays: Stays, edregti
     }
     order = np.lexsort((rows["eventtype"] == 3, rows["intime"], rows["adm"]))
     rows = {k: v[order] for k, v in rows.items()}
-    writer.insert("transfers", {
-        "subject_id": adm.subject_id[rows["adm"]], "hadm_id": adm.hadm_id[rows["adm"]],
-        "transfer_id": ctx.ids.take("transfer", len(rows["adm"])),
-        "eventtype": Text(["admit", "transfer", "ED", "discharge"], rows["eventtype"]),
-        "careunit": Text(units + ["Emergency Department", None], rows["careunit"]),
-        "intime": times(rows["intime"]), "outtime": times(rows["outtime"]),
-    })
+    writer.insert(
+        "transfers",
+        {
+            "subject_id": adm.subject_id[rows["adm"]],
+            "hadm_id": adm.hadm_id[rows["adm"]],
+            "transfer_id": ctx.ids.take("transfer", len(rows["adm"])),
+            "eventtype": Text(["admit", "transfer", "ED", "discharge"], rows["eventtype"]),
+            "careunit": Text(units + ["Emergency Department", None], rows["careunit"]),
+            "intime": times(rows["intime"]),
+            "outtime": times(rows["outtime"]),
+        },
+    )
 
 
 def _ward_and_icu_segments(ctx: Context, adm: Admissions, stays: Stays) -> tuple[dict, list]:
@@ -54,9 +66,13 @@ def _ward_and_icu_segments(ctx: Context, adm: Admissions, stays: Stays) -> tuple
     last = np.r_[seg_adm[1:] != seg_adm[:-1], True]
     end = np.where(last, adm.disch[seg_adm], np.r_[start[1:], 0])
     ward = ctx.pick("encounters", "ward_careunit", len(seg_adm))
-    segments = {"adm": seg_adm, "start": start, "end": end,
-                "unit": np.where(icu, len(ward.values) + unit, ward.codes),
-                "eventtype": np.where(rank_in_group(seg_adm) == 0, 0, 1)}
+    segments = {
+        "adm": seg_adm,
+        "start": start,
+        "end": end,
+        "unit": np.where(icu, len(ward.values) + unit, ward.codes),
+        "eventtype": np.where(rank_in_group(seg_adm) == 0, 0, 1),
+    }
     return segments, ward.values + stays.careunit.values
 
 
@@ -71,8 +87,13 @@ def write_services(ctx: Context, writer, adm: Admissions) -> None:
     at = adm.admit[admission] + np.where(slot == 0, 0, later).astype(np.int64)
     service = ctx.pick("encounters", "service", len(admission))
     previous = np.where(slot == 0, len(service.values), np.r_[0, service.codes[:-1]])
-    writer.insert("services", {
-        "subject_id": adm.subject_id[admission], "hadm_id": adm.hadm_id[admission],
-        "transfertime": times(at), "prev_service": Text(service.values + [None], previous),
-        "curr_service": service,
-    })
+    writer.insert(
+        "services",
+        {
+            "subject_id": adm.subject_id[admission],
+            "hadm_id": adm.hadm_id[admission],
+            "transfertime": times(at),
+            "prev_service": Text(service.values + [None], previous),
+            "curr_service": service,
+        },
+    )

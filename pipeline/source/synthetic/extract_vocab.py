@@ -19,8 +19,17 @@ TOP_PANELS = 400
 TOP_DRUGS = 800
 EXTRA_DICTIONARY_CODES = {"d_icd_diagnoses": 4000, "d_icd_procedures": 2000, "d_hcpcs": 1000}
 OUT_DIR = Path(__file__).parent / "data"
-DRUG_COLUMNS = ("route", "dose_val_rx", "dose_unit_rx", "form_val_disp", "form_unit_disp", "prod_strength",
-                "formulary_drug_cd", "gsn", "ndc")
+DRUG_COLUMNS = (
+    "route",
+    "dose_val_rx",
+    "dose_unit_rx",
+    "form_val_disp",
+    "form_unit_disp",
+    "prod_strength",
+    "formulary_drug_cd",
+    "gsn",
+    "ndc",
+)
 # DuckDB's mode() breaks ties arbitrarily. Queries here write stable_mode(x), rewritten to
 # list_stable_mode(list(x)): the most frequent non-NULL value, ties going to the smallest.
 STABLE_MODE_MACRO = """CREATE MACRO list_stable_mode(values) AS (
@@ -37,9 +46,7 @@ class Demo:
         for path in sorted(demo_dir.glob("*/*.csv.gz")):
             self._view(path.name.removesuffix(".csv.gz"), path)
         self._view("chartevents", chartevents_file)
-        self.con.execute(
-            "CREATE TABLE stay_hours AS SELECT sum(los) * 24 AS hours, count(*) AS stays FROM icustays"
-        )
+        self.con.execute("CREATE TABLE stay_hours AS SELECT sum(los) * 24 AS hours, count(*) AS stays FROM icustays")
 
     def _view(self, name: str, path: Path) -> None:
         self.con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_csv('{path}', sample_size=-1)")
@@ -90,15 +97,25 @@ def demographics(d: Demo) -> dict:
         "anchor_year_group": d.column_weights("patients", "anchor_year_group"),
         "dod_fraction": d.scalar("SELECT avg((dod IS NOT NULL)::int) FROM patients"),
         "admissions_per_patient": d.histogram(
-            "SELECT count(hadm_id) AS n FROM patients LEFT JOIN admissions USING (subject_id) GROUP BY subject_id"),
+            "SELECT count(hadm_id) AS n FROM patients LEFT JOIN admissions USING (subject_id) GROUP BY subject_id"
+        ),
         "los_days": d.quantiles(los, adm, "dischtime > admittime"),
         "gap_days": d.scalar(f"SELECT {_qsql('g')} FROM ({gaps}) WHERE g > 0"),
         "ed_fraction": d.scalar("SELECT avg((edregtime IS NOT NULL)::int) FROM admissions"),
         "ed_hours": d.quantiles("date_diff('minute', edregtime, admittime) / 60.0", adm, "edregtime < admittime"),
         "expire_fraction": d.scalar("SELECT avg(hospital_expire_flag) FROM admissions"),
-        **{c: d.column_weights(adm, c, f"{c} IS NOT NULL") for c in (
-            "admission_type", "admission_location", "discharge_location", "insurance", "language",
-            "marital_status", "race")},
+        **{
+            c: d.column_weights(adm, c, f"{c} IS NOT NULL")
+            for c in (
+                "admission_type",
+                "admission_location",
+                "discharge_location",
+                "insurance",
+                "language",
+                "marital_status",
+                "race",
+            )
+        },
     }
 
 
@@ -106,12 +123,14 @@ def encounters(d: Demo) -> dict:
     icu_units = "SELECT DISTINCT first_careunit FROM icustays UNION SELECT DISTINCT last_careunit FROM icustays"
     return {
         "icu_admission_fraction": d.scalar(
-            "SELECT avg((hadm_id IN (SELECT hadm_id FROM icustays))::int) FROM admissions"),
+            "SELECT avg((hadm_id IN (SELECT hadm_id FROM icustays))::int) FROM admissions"
+        ),
         "stays_per_icu_admission": d.histogram("SELECT count(*) AS n FROM icustays GROUP BY hadm_id"),
         "icu_los_days": d.quantiles("los", "icustays"),
         "icu_careunit": d.column_weights("icustays", "first_careunit"),
         "ward_careunit": d.column_weights(
-            "transfers", "careunit", f"eventtype IN ('admit', 'transfer') AND careunit NOT IN ({icu_units})"),
+            "transfers", "careunit", f"eventtype IN ('admit', 'transfer') AND careunit NOT IN ({icu_units})"
+        ),
         "service": d.column_weights("services", "curr_service"),
         "services_per_admission": d.histogram("SELECT count(*) AS n FROM services GROUP BY hadm_id"),
     }
@@ -124,10 +143,16 @@ def coding(d: Demo) -> dict:
         "diagnoses_per_admission": d.histogram(per_adm.format(t="diagnoses_icd")),
         "procedures": d.weights("SELECT icd_code, icd_version, count(*) FROM procedures_icd GROUP BY ALL"),
         "procedures_per_admission": d.histogram(per_adm.format(t="procedures_icd")),
-        "drg": {t: d.weights(f"""SELECT drg_code, description, drg_severity, drg_mortality, count(*)
-                                FROM drgcodes WHERE drg_type = '{t}' GROUP BY ALL""") for t in ("HCFA", "APR")},
-        "drg_fraction": {t: d.scalar(f"""SELECT count(DISTINCT hadm_id) / (SELECT count(*) FROM admissions)
-                                        FROM drgcodes WHERE drg_type = '{t}'""") for t in ("HCFA", "APR")},
+        "drg": {
+            t: d.weights(f"""SELECT drg_code, description, drg_severity, drg_mortality, count(*)
+                                FROM drgcodes WHERE drg_type = '{t}' GROUP BY ALL""")
+            for t in ("HCFA", "APR")
+        },
+        "drg_fraction": {
+            t: d.scalar(f"""SELECT count(DISTINCT hadm_id) / (SELECT count(*) FROM admissions)
+                                        FROM drgcodes WHERE drg_type = '{t}'""")
+            for t in ("HCFA", "APR")
+        },
         "hcpcs": d.weights("SELECT hcpcs_cd, short_description, count(*) FROM hcpcsevents GROUP BY ALL"),
         "hcpcs_per_admission": d.histogram(per_adm.format(t="hcpcsevents")),
     }
@@ -136,7 +161,7 @@ def coding(d: Demo) -> dict:
 def labs(d: Demo) -> dict:
     items = d.rows(f"""
         SELECT itemid, count(*) AS n, {_modes("valueuom", "ref_range_lower", "ref_range_upper")},
-               CASE WHEN count(valuenum) > 0.5 * count(*) THEN {_qsql('valuenum')} END,
+               CASE WHEN count(valuenum) > 0.5 * count(*) THEN {_qsql("valuenum")} END,
                CASE WHEN count(valuenum) <= 0.5 * count(*) THEN list(value ORDER BY value) END,
                avg(coalesce(flag = 'abnormal', false)::int)
         FROM labevents GROUP BY itemid ORDER BY itemid""")
@@ -161,8 +186,16 @@ def _lab_item(row: tuple) -> dict:
                 counts[t] = counts.get(t, 0) + 1
         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:20]
         text_weights = {"values": [k for k, _ in top], "p": [v / sum(c for _, c in top) for _, v in top]}
-    return {"itemid": itemid, "n": n, "uom": uom, "lower": lower, "upper": upper,
-            "quantiles": quantiles, "texts": text_weights, "abnormal_fraction": abnormal}
+    return {
+        "itemid": itemid,
+        "n": n,
+        "uom": uom,
+        "lower": lower,
+        "upper": upper,
+        "quantiles": quantiles,
+        "texts": text_weights,
+        "abnormal_fraction": abnormal,
+    }
 
 
 def _merge_duplicates(weights: dict) -> dict:
@@ -189,17 +222,18 @@ def microbiology(d: Demo) -> dict:
                  GROUP BY micro_specimen_id, test_itemid, org_itemid, isolate_num"""
     return {
         "tests_per_admission_day": _per_admission_day(
-            d, f"SELECT count(*) FROM (SELECT DISTINCT micro_specimen_id, test_itemid FROM {m})"),
+            d, f"SELECT count(*) FROM (SELECT DISTINCT micro_specimen_id, test_itemid FROM {m})"
+        ),
         "test": d.weights(f"""SELECT spec_itemid, spec_type_desc, test_itemid, test_name,
                                      count(DISTINCT micro_specimen_id) FROM {m} GROUP BY ALL"""),
         "organism_by_test": _organisms_by_test(d),
         "antibiotics_per_organism": d.histogram(org_abx),
-        "antibiotic": d.weights(
-            f"SELECT ab_itemid, ab_name, count(*) FROM {m} WHERE ab_name IS NOT NULL GROUP BY ALL"),
+        "antibiotic": d.weights(f"SELECT ab_itemid, ab_name, count(*) FROM {m} WHERE ab_name IS NOT NULL GROUP BY ALL"),
         "interpretation": d.column_weights(m, "interpretation", "interpretation IS NOT NULL"),
         "dilution_comparison": d.column_weights(m, "dilution_comparison", "dilution_comparison IS NOT NULL"),
         "dilution_value": d.weights(
-            f"SELECT dilution_value, count(*) FROM {m} WHERE dilution_value IS NOT NULL GROUP BY 1"),
+            f"SELECT dilution_value, count(*) FROM {m} WHERE dilution_value IS NOT NULL GROUP BY 1"
+        ),
         "quantity": d.column_weights(m, "quantity", "quantity IS NOT NULL"),
         "no_growth_comment": d.column_weights(m, "comments", "org_name IS NULL AND comments IS NOT NULL"),
     }
@@ -235,21 +269,25 @@ def medications(d: Demo) -> dict:
                                             / count(*) FILTER (drug_type = 'MAIN')
                                      FROM prescriptions"""),
         "medication_orders_per_admission_day": _per_admission_day(
-            d, "SELECT count(*) FROM poe WHERE order_type = 'Medications'"),
+            d, "SELECT count(*) FROM poe WHERE order_type = 'Medications'"
+        ),
         "pharmacy_fraction": d.scalar("""SELECT count(*) / (SELECT count(*) FROM poe WHERE order_type = 'Medications')
                                          FROM pharmacy"""),
-        "prescription_duration_hours": d.quantiles("date_diff('minute', starttime, stoptime) / 60.0",
-                                                   "prescriptions", "stoptime > starttime"),
+        "prescription_duration_hours": d.quantiles(
+            "date_diff('minute', starttime, stoptime) / 60.0", "prescriptions", "stoptime > starttime"
+        ),
         "pharmacy_status": d.column_weights("pharmacy", "status", "status IS NOT NULL"),
         "emar_per_pharmacy": d.histogram("""SELECT count(e.emar_id) AS n FROM pharmacy p
                                             LEFT JOIN emar e USING (pharmacy_id) GROUP BY p.pharmacy_id"""),
         "emar_event": d.column_weights("emar", "event_txt", "event_txt IS NOT NULL"),
         "emar_detail_per_emar": d.histogram("SELECT count(*) - 1 AS n FROM emar_detail GROUP BY emar_id"),
-        "emar_detail_ordinal": d.column_weights("emar_detail", "parent_field_ordinal::varchar",
-                                                "parent_field_ordinal IS NOT NULL"),
+        "emar_detail_ordinal": d.column_weights(
+            "emar_detail", "parent_field_ordinal::varchar", "parent_field_ordinal IS NOT NULL"
+        ),
         "emar_route": d.column_weights("emar_detail", "route", "route IS NOT NULL"),
         "other_orders_per_admission_day": _per_admission_day(
-            d, "SELECT count(*) FROM poe WHERE order_type <> 'Medications'"),
+            d, "SELECT count(*) FROM poe WHERE order_type <> 'Medications'"
+        ),
         "order_type": d.column_weights("poe", "order_type", "order_type <> 'Medications'"),
         "order_status": d.column_weights("poe", "order_status", "order_status IS NOT NULL"),
         "poe_detail": d.weights("""SELECT p.order_type, d.field_name, d.field_value, count(*)
@@ -263,8 +301,10 @@ def omr(d: Demo) -> dict:
     return {
         "rows_per_patient": d.scalar("SELECT count(*) / (SELECT count(*) FROM patients) FROM omr"),
         "result_name": d.column_weights("omr", "result_name"),
-        "quantiles": {name: [d.quantiles(numeric.format(part=p), "omr", f"result_name = '{name}'") for p in (1, 2)]
-                      for (name,) in d.rows("SELECT DISTINCT result_name FROM omr ORDER BY 1")},
+        "quantiles": {
+            name: [d.quantiles(numeric.format(part=p), "omr", f"result_name = '{name}'") for p in (1, 2)]
+            for (name,) in d.rows("SELECT DISTINCT result_name FROM omr ORDER BY 1")
+        },
     }
 
 
@@ -272,21 +312,20 @@ def icu_events(d: Demo) -> dict:
     rate = "count(*) / (SELECT hours FROM stay_hours)"
     return {
         "chart": d.rows(f"""SELECT itemid, {rate}, stable_mode(valueuom),
-                                   CASE WHEN count(valuenum) > 0 THEN {_qsql('valuenum')} END
+                                   CASE WHEN count(valuenum) > 0 THEN {_qsql("valuenum")} END
                             FROM chartevents GROUP BY itemid ORDER BY itemid"""),
         "datetime": d.rows(f"SELECT itemid, {rate}, stable_mode(valueuom) FROM datetimeevents GROUP BY 1 ORDER BY 1"),
-        "output": d.rows(f"""SELECT itemid, {rate}, stable_mode(valueuom), {_qsql('value')}
+        "output": d.rows(f"""SELECT itemid, {rate}, stable_mode(valueuom), {_qsql("value")}
                              FROM outputevents GROUP BY 1 ORDER BY 1"""),
-        "input": d.rows(f"""SELECT itemid, {rate}, stable_mode(amountuom), {_qsql('amount')}, stable_mode(rateuom),
-                                   CASE WHEN count(rate) > 0.5 * count(*) THEN {_qsql('rate')} END,
+        "input": d.rows(f"""SELECT itemid, {rate}, stable_mode(amountuom), {_qsql("amount")}, stable_mode(rateuom),
+                                   CASE WHEN count(rate) > 0.5 * count(*) THEN {_qsql("rate")} END,
                                    stable_mode(ordercategoryname), stable_mode(secondaryordercategoryname),
                                    stable_mode(ordercomponenttypedescription), stable_mode(ordercategorydescription),
                                    {_qsql("date_diff('minute', starttime, endtime)")}
                             FROM inputevents GROUP BY 1 ORDER BY 1"""),
         "input_status": d.column_weights("inputevents", "statusdescription", "statusdescription IS NOT NULL"),
-        "ingredients_per_input": d.scalar(
-            "SELECT (SELECT count(*) FROM ingredientevents) / count(*) FROM inputevents"),
-        "ingredient": d.weights(f"""SELECT itemid, {_modes("amountuom", "rateuom")}, {_qsql('amount')}, count(*)
+        "ingredients_per_input": d.scalar("SELECT (SELECT count(*) FROM ingredientevents) / count(*) FROM inputevents"),
+        "ingredient": d.weights(f"""SELECT itemid, {_modes("amountuom", "rateuom")}, {_qsql("amount")}, count(*)
                                     FROM ingredientevents GROUP BY itemid"""),
         "procedure": d.rows(f"""SELECT itemid, count(*) / (SELECT stays FROM stay_hours), stable_mode(valueuom),
                                        {_modes("ordercategoryname", "ordercategorydescription", "location")},
@@ -297,9 +336,11 @@ def icu_events(d: Demo) -> dict:
 
 
 def dictionaries(d: Demo) -> dict:
-    used = {"d_icd_diagnoses": "SELECT icd_code, icd_version FROM diagnoses_icd",
-            "d_icd_procedures": "SELECT icd_code, icd_version FROM procedures_icd",
-            "d_hcpcs": "SELECT hcpcs_cd AS code FROM hcpcsevents"}
+    used = {
+        "d_icd_diagnoses": "SELECT icd_code, icd_version FROM diagnoses_icd",
+        "d_icd_procedures": "SELECT icd_code, icd_version FROM procedures_icd",
+        "d_hcpcs": "SELECT hcpcs_cd AS code FROM hcpcsevents",
+    }
     icd = "icd_code, icd_version"
     keys = {"d_icd_diagnoses": icd, "d_icd_procedures": icd, "d_hcpcs": "code"}
     out = {t: _columns(d, f"SELECT * FROM {t} ORDER BY itemid") for t in ("d_labitems", "d_items")}
@@ -320,8 +361,16 @@ def _columns(d: Demo, sql: str) -> dict:
 
 def extract(demo_dir: Path, chartevents_file: Path, out_dir: Path = OUT_DIR) -> None:
     d = Demo(demo_dir, chartevents_file)
-    vocab = {"demographics": demographics(d), "encounters": encounters(d), "coding": coding(d), "labs": labs(d),
-             "microbiology": microbiology(d), "medications": medications(d), "omr": omr(d), "icu": icu_events(d)}
+    vocab = {
+        "demographics": demographics(d),
+        "encounters": encounters(d),
+        "coding": coding(d),
+        "labs": labs(d),
+        "microbiology": microbiology(d),
+        "medications": medications(d),
+        "omr": omr(d),
+        "icu": icu_events(d),
+    }
     _dump(vocab, out_dir / "vocab.json.gz")
     _dump(dictionaries(d), out_dir / "dictionaries.json.gz")
 

@@ -9,8 +9,20 @@ import duckdb
 
 from ..schema import load_schema
 
-BIG_TABLES = ("labevents", "chartevents", "emar", "emar_detail", "poe", "prescriptions", "pharmacy",
-              "inputevents", "outputevents", "datetimeevents", "microbiologyevents", "diagnoses_icd")
+BIG_TABLES = (
+    "labevents",
+    "chartevents",
+    "emar",
+    "emar_detail",
+    "poe",
+    "prescriptions",
+    "pharmacy",
+    "inputevents",
+    "outputevents",
+    "datetimeevents",
+    "microbiologyevents",
+    "diagnoses_icd",
+)
 ROW_RATIO_BOUNDS = (0.5, 2.0)
 MEDIAN_TOLERANCE = 0.25
 TOP_LABS = 20
@@ -35,7 +47,8 @@ def _demo_source(con: duckdb.DuckDBPyConnection, demo: Path) -> str:
 
 def _rows_per_patient(con, schema: str, table: str) -> float:
     return con.execute(
-        f"SELECT (SELECT count(*) FROM {schema}.{table}) / (SELECT count(*) FROM {schema}.patients)").fetchone()[0]
+        f"SELECT (SELECT count(*) FROM {schema}.{table}) / (SELECT count(*) FROM {schema}.patients)"
+    ).fetchone()[0]
 
 
 def _ratio_entry(demo_value: float, synthetic_value: float, passed: bool) -> dict:
@@ -53,8 +66,11 @@ def _row_ratios(con, demo: str) -> dict:
 
 
 def _lab_medians(con, demo: str) -> dict:
-    top = [r[0] for r in con.execute(f"""SELECT itemid FROM {demo}.labevents WHERE valuenum IS NOT NULL
-                                         GROUP BY itemid ORDER BY count(*) DESC, itemid LIMIT {TOP_LABS}""").fetchall()]
+    top = [
+        r[0]
+        for r in con.execute(f"""SELECT itemid FROM {demo}.labevents WHERE valuenum IS NOT NULL
+                                         GROUP BY itemid ORDER BY count(*) DESC, itemid LIMIT {TOP_LABS}""").fetchall()
+    ]
     query = f"""SELECT itemid, median(valuenum) FROM {{}}.labevents
                 WHERE itemid IN ({", ".join(map(str, top))}) AND valuenum IS NOT NULL GROUP BY itemid"""
     demo_medians, synthetic_medians = (dict(con.execute(query.format(side)).fetchall()) for side in (demo, "synth"))
@@ -75,20 +91,27 @@ def fidelity_report(synthetic_db: Path, demo_db_or_dir: Path) -> dict:
         rows, labs = _row_ratios(con, demo), _lab_medians(con, demo)
     finally:
         con.close()
-    return {"rows_per_patient": rows, "lab_medians": labs,
-            "bounds": {"rows_per_patient_ratio": ROW_RATIO_BOUNDS, "lab_median_tolerance": MEDIAN_TOLERANCE},
-            "pass": all(e["pass"] for e in (*rows.values(), *labs.values()))}
+    return {
+        "rows_per_patient": rows,
+        "lab_medians": labs,
+        "bounds": {"rows_per_patient_ratio": ROW_RATIO_BOUNDS, "lab_median_tolerance": MEDIAN_TOLERANCE},
+        "pass": all(e["pass"] for e in (*rows.values(), *labs.values())),
+    }
 
 
 def write_fidelity_html(report: dict, path: Path) -> None:
     sections = [("Rows per patient", report["rows_per_patient"]), ("Lab medians (itemid)", report["lab_medians"])]
     parts = [f"<h1>Synthetic vs demo fidelity: {'PASS' if report['pass'] else 'FAIL'}</h1>"]
     for title, entries in sections:
-        parts.append(f"<h2>{html.escape(title)}</h2><table border='1'>"
-                     "<tr><th>name</th><th>demo</th><th>synthetic</th><th>ratio</th><th>pass</th></tr>")
-        parts += [f"<tr><td>{html.escape(name)}</td><td>{_fmt(e['demo'])}</td><td>{_fmt(e['synthetic'])}</td>"
-                  f"<td>{_fmt(e['ratio'])}</td><td>{'yes' if e['pass'] else 'NO'}</td></tr>"
-                  for name, e in entries.items()]
+        parts.append(
+            f"<h2>{html.escape(title)}</h2><table border='1'>"
+            "<tr><th>name</th><th>demo</th><th>synthetic</th><th>ratio</th><th>pass</th></tr>"
+        )
+        parts += [
+            f"<tr><td>{html.escape(name)}</td><td>{_fmt(e['demo'])}</td><td>{_fmt(e['synthetic'])}</td>"
+            f"<td>{_fmt(e['ratio'])}</td><td>{'yes' if e['pass'] else 'NO'}</td></tr>"
+            for name, e in entries.items()
+        ]
         parts.append("</table>")
     Path(path).write_text("<!doctype html><html><body>" + "".join(parts) + "</body></html>\n")
 

@@ -17,8 +17,9 @@ CHUNK_PATIENTS = 500
 Progress = Callable[[str, int], None]
 
 
-def generate_synthetic(db_path: Path, patients: int, seed: int, progress: Progress | None = None,
-                       chunk_patients: int = CHUNK_PATIENTS) -> dict[str, int]:
+def generate_synthetic(
+    db_path: Path, patients: int, seed: int, progress: Progress | None = None, chunk_patients: int = CHUNK_PATIENTS
+) -> dict[str, int]:
     """Write `patients` synthetic patients (deterministic in `seed`) to a new DuckDB file; rows per table.
 
     `progress(stage, n_done)` is called with ("dictionaries", 1) and then ("patients", patients done so far).
@@ -63,10 +64,21 @@ def write_chunk(ctx: Context, writer: DuckWriter, first: int, n: int) -> None:
     encounters.write_stays(ctx, writer, adm, stays)
     encounters.write_transfers(ctx, writer, adm, stays, edregtime)
     encounters.write_services(ctx, writer, adm)
-    for write in (coding.write_diagnoses, coding.write_procedures, coding.write_drgcodes, coding.write_hcpcs,
-                  labs.write_labevents, micro.write_microbiology):
+    for write in (
+        coding.write_diagnoses,
+        coding.write_procedures,
+        coding.write_drgcodes,
+        coding.write_hcpcs,
+        labs.write_labevents,
+        micro.write_microbiology,
+    ):
         write(ctx, writer, adm)
     meds.write_medications(ctx, writer, adm, orders.write_poe(ctx, writer, adm))
-    for write in (icu.write_chartevents, icu.write_datetimeevents, icu.write_outputevents,
-                  icu_orders.write_inputs, icu_orders.write_procedureevents):
+    for write in (
+        icu.write_chartevents,
+        icu.write_datetimeevents,
+        icu.write_outputevents,
+        icu_orders.write_inputs,
+        icu_orders.write_procedureevents,
+    ):
         write(ctx, writer, adm, stays)

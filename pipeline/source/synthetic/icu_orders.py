@@ -28,18 +28,43 @@ def write_inputs(ctx: Context, writer, adm: Admissions, stays: Stays) -> None:
     weight = sample_one(quantiles(vocab.value("icu", "patientweight")), rng, len(stays))[stay]
     orderid, n = ctx.ids.take("orderid", len(item)), len(item)
     status = ctx.pick("icu", "input_status", n)
-    common = {**stay_columns(ctx, adm, stays, stay), "starttime": times(start), "endtime": times(end),
-              "storetime": store_after(ctx, end), "orderid": orderid, "linkorderid": orderid,
-              "statusdescription": status}
-    field = {name: Text([r[i] for r in rows], item) for i, name in (
-        (4, "rateuom"), (6, "ordercategoryname"), (7, "secondaryordercategoryname"),
-        (8, "ordercomponenttypedescription"), (9, "ordercategorydescription"))}
-    writer.insert("inputevents", {
-        **common, **field, "itemid": inputs.itemid[item], "amount": amount, "amountuom": Text(inputs.uom, item),
-        "rate": rate, "patientweight": np.round(weight, 1), "totalamount": amount,
-        "totalamountuom": Text(inputs.uom, item), "isopenbag": np.zeros(n, np.int16),
-        "continueinnextdept": np.zeros(n, np.int16), "originalamount": amount, "originalrate": rate,
-    })
+    common = {
+        **stay_columns(ctx, adm, stays, stay),
+        "starttime": times(start),
+        "endtime": times(end),
+        "storetime": store_after(ctx, end),
+        "orderid": orderid,
+        "linkorderid": orderid,
+        "statusdescription": status,
+    }
+    field = {
+        name: Text([r[i] for r in rows], item)
+        for i, name in (
+            (4, "rateuom"),
+            (6, "ordercategoryname"),
+            (7, "secondaryordercategoryname"),
+            (8, "ordercomponenttypedescription"),
+            (9, "ordercategorydescription"),
+        )
+    }
+    writer.insert(
+        "inputevents",
+        {
+            **common,
+            **field,
+            "itemid": inputs.itemid[item],
+            "amount": amount,
+            "amountuom": Text(inputs.uom, item),
+            "rate": rate,
+            "patientweight": np.round(weight, 1),
+            "totalamount": amount,
+            "totalamountuom": Text(inputs.uom, item),
+            "isopenbag": np.zeros(n, np.int16),
+            "continueinnextdept": np.zeros(n, np.int16),
+            "originalamount": amount,
+            "originalrate": rate,
+        },
+    )
     _write_ingredients(ctx, writer, common)
 
 
@@ -50,12 +75,17 @@ def _write_ingredients(ctx: Context, writer, common: dict) -> None:
     ingredient = ctx.vocab.ingredient
     pick = ingredient.indices(ctx.rng, len(parent))
     amount = np.abs(np.nan_to_num(ctx.vocab.ingredient_amounts.sample(ctx.rng, pick)))
-    writer.insert("ingredientevents", {
-        **{k: v.take(parent) if isinstance(v, Text) else v[parent] for k, v in common.items()},
-        "itemid": np.asarray(ingredient.column(0), dtype=np.int64)[pick], "amount": np.round(amount, 2),
-        "amountuom": Text(ingredient.column(1), pick), "rateuom": Text(ingredient.column(2), pick),
-        "originalamount": np.round(amount, 2),
-    })
+    writer.insert(
+        "ingredientevents",
+        {
+            **{k: v.take(parent) if isinstance(v, Text) else v[parent] for k, v in common.items()},
+            "itemid": np.asarray(ingredient.column(0), dtype=np.int64)[pick],
+            "amount": np.round(amount, 2),
+            "amountuom": Text(ingredient.column(1), pick),
+            "rateuom": Text(ingredient.column(2), pick),
+            "originalamount": np.round(amount, 2),
+        },
+    )
 
 
 def write_procedureevents(ctx: Context, writer, adm: Admissions, stays: Stays) -> None:
@@ -72,13 +102,25 @@ def write_procedureevents(ctx: Context, writer, adm: Admissions, stays: Stays) -
     minutes = (end - start) / MINUTE
     value = np.where(np.asarray(uom, dtype=object)[item] == "min", minutes, 1.0)
     orderid = ctx.ids.take("orderid", len(item))
-    writer.insert("procedureevents", {
-        **stay_columns(ctx, adm, stays, stay), "starttime": times(start), "endtime": times(end),
-        "storetime": store_after(ctx, end, 10), "itemid": itemid[item], "value": value,
-        "valueuom": Text(uom, item), "location": Text([r[5] for r in rows], item),
-        "locationcategory": Text([r[6] for r in rows], item), "orderid": orderid, "linkorderid": orderid,
-        "ordercategoryname": Text([r[3] for r in rows], item),
-        "ordercategorydescription": Text([r[4] for r in rows], item),
-        "statusdescription": Text.constant("FinishedRunning", len(item)), "originalamount": value,
-        "isopenbag": np.zeros(len(item), np.int16), "continueinnextdept": np.zeros(len(item), np.int16),
-    })
+    writer.insert(
+        "procedureevents",
+        {
+            **stay_columns(ctx, adm, stays, stay),
+            "starttime": times(start),
+            "endtime": times(end),
+            "storetime": store_after(ctx, end, 10),
+            "itemid": itemid[item],
+            "value": value,
+            "valueuom": Text(uom, item),
+            "location": Text([r[5] for r in rows], item),
+            "locationcategory": Text([r[6] for r in rows], item),
+            "orderid": orderid,
+            "linkorderid": orderid,
+            "ordercategoryname": Text([r[3] for r in rows], item),
+            "ordercategorydescription": Text([r[4] for r in rows], item),
+            "statusdescription": Text.constant("FinishedRunning", len(item)),
+            "originalamount": value,
+            "isopenbag": np.zeros(len(item), np.int16),
+            "continueinnextdept": np.zeros(len(item), np.int16),
+        },
+    )

@@ -29,15 +29,26 @@ def write_labevents(ctx: Context, writer, adm: Admissions) -> None:
     value = np.where(text_value.codes == len(text_value.values) - 1, value, np.nan)
     store = drawn[specimen] + ((10 + rng.random(len(item)) * 110) * MINUTE).astype(np.int64)
     subject_id = adm.subject_id[admission][specimen]
-    writer.insert("labevents", {
-        "labevent_id": ctx.ids.take_blocks("labevent", subject_id), "subject_id": subject_id, "hadm_id": adm.hadm_id[admission][specimen],
-        "specimen_id": ctx.ids.take("specimen", len(admission))[specimen],
-        "itemid": labs["itemid"][item], "order_provider_id": ctx.providers(len(item), present=0.3),
-        "charttime": times(drawn[specimen]), "storetime": times(store - store % MINUTE),
-        "text_value": text_value, "valuenum": value, "valueuom": Text(labs["uom"], item),
-        "ref_range_lower": labs["lower"][item], "ref_range_upper": labs["upper"][item],
-        "priority": ctx.pick("labs", "priority", len(admission)).take(specimen),
-    }, derived={"value": LAB_VALUE_SQL, "flag": LAB_FLAG_SQL})
+    writer.insert(
+        "labevents",
+        {
+            "labevent_id": ctx.ids.take_blocks("labevent", subject_id),
+            "subject_id": subject_id,
+            "hadm_id": adm.hadm_id[admission][specimen],
+            "specimen_id": ctx.ids.take("specimen", len(admission))[specimen],
+            "itemid": labs["itemid"][item],
+            "order_provider_id": ctx.providers(len(item), present=0.3),
+            "charttime": times(drawn[specimen]),
+            "storetime": times(store - store % MINUTE),
+            "text_value": text_value,
+            "valuenum": value,
+            "valueuom": Text(labs["uom"], item),
+            "ref_range_lower": labs["lower"][item],
+            "ref_range_upper": labs["upper"][item],
+            "priority": ctx.pick("labs", "priority", len(admission)).take(specimen),
+        },
+        derived={"value": LAB_VALUE_SQL, "flag": LAB_FLAG_SQL},
+    )
 
 
 def _position_in_panel(sizes: np.ndarray) -> np.ndarray:

@@ -15,8 +15,18 @@ from .writer import Text, times
 
 EMAR_ID_SQL = ID_SQL.format(seq="emar_seq")
 ORDINAL_SQL = "CASE WHEN child > 0 THEN '1.' || CAST(child AS VARCHAR) END"
-DRUG_FIELDS = ("drug", "route", "dose_val_rx", "dose_unit_rx", "form_val_disp", "form_unit_disp",
-               "prod_strength", "formulary_drug_cd", "gsn", "ndc")
+DRUG_FIELDS = (
+    "drug",
+    "route",
+    "dose_val_rx",
+    "dose_unit_rx",
+    "form_val_disp",
+    "form_unit_disp",
+    "prod_strength",
+    "formulary_drug_cd",
+    "gsn",
+    "ndc",
+)
 
 
 @cache
@@ -25,9 +35,13 @@ def drug_table(vocab: Vocab) -> dict:
     drugs = Weighted.of(vocab.value("medications", "drugs"))
     pharmacy = vocab.value("medications", "pharmacy_by_medication")
     extra = [pharmacy.get(d[0], ["Unit Dose", "Q24H", 1]) for d in drugs.values]
-    return {"weights": drugs, **{f: drugs.column(i) for i, f in enumerate(DRUG_FIELDS)},
-            "proc_type": [e[0] for e in extra], "frequency": [e[1] for e in extra],
-            "doses_per_24_hrs": np.asarray([np.nan if e[2] is None else e[2] for e in extra], dtype=float)}
+    return {
+        "weights": drugs,
+        **{f: drugs.column(i) for i, f in enumerate(DRUG_FIELDS)},
+        "proc_type": [e[0] for e in extra],
+        "frequency": [e[1] for e in extra],
+        "doses_per_24_hrs": np.asarray([np.nan if e[2] is None else e[2] for e in extra], dtype=float),
+    }
 
 
 def write_medications(ctx: Context, writer, adm: Admissions, orders: MedicationOrders) -> None:
@@ -42,8 +56,14 @@ def write_medications(ctx: Context, writer, adm: Admissions, orders: MedicationO
     stop = np.maximum(np.minimum(start + (hours * HOUR).astype(np.int64), adm.disch[admission]), start)
     pharmacy_id = ctx.ids.take("pharmacy", n)
     subject_id = adm.subject_id[admission]
-    common = {"subject_id": subject_id, "hadm_id": adm.hadm_id[admission], "pharmacy_id": pharmacy_id,
-              "poe_seq": poe_seq, "starttime": times(start), "stoptime": times(stop)}
+    common = {
+        "subject_id": subject_id,
+        "hadm_id": adm.hadm_id[admission],
+        "pharmacy_id": pharmacy_id,
+        "poe_seq": poe_seq,
+        "starttime": times(start),
+        "stoptime": times(stop),
+    }
     _write_pharmacy(ctx, writer, common, drug, orders.ordertime[keep])
     _write_prescriptions(ctx, writer, common, drug, orders.provider.take(keep))
     _write_emar(ctx, writer, subject_id, admission, adm, pharmacy_id, poe_seq, drug, start, stop)
@@ -51,31 +71,50 @@ def write_medications(ctx: Context, writer, adm: Admissions, orders: MedicationO
 
 def _write_pharmacy(ctx: Context, writer, common: dict, drug: np.ndarray, ordertime: np.ndarray) -> None:
     table, n = drug_table(ctx.vocab), len(drug)
-    writer.insert("pharmacy", {
-        **common, "medication": Text(table["drug"], drug), "proc_type": Text(table["proc_type"], drug),
-        "status": ctx.pick("medications", "pharmacy_status", n), "entertime": times(ordertime),
-        "verifiedtime": times(ordertime + (ctx.rng.random(n) * 30 * MINUTE).astype(np.int64)),
-        "route": Text(table["route"], drug), "frequency": Text(table["frequency"], drug),
-        "doses_per_24_hrs": table["doses_per_24_hrs"][drug],
-    }, derived={"poe_id": POE_ID_SQL})
+    writer.insert(
+        "pharmacy",
+        {
+            **common,
+            "medication": Text(table["drug"], drug),
+            "proc_type": Text(table["proc_type"], drug),
+            "status": ctx.pick("medications", "pharmacy_status", n),
+            "entertime": times(ordertime),
+            "verifiedtime": times(ordertime + (ctx.rng.random(n) * 30 * MINUTE).astype(np.int64)),
+            "route": Text(table["route"], drug),
+            "frequency": Text(table["frequency"], drug),
+            "doses_per_24_hrs": table["doses_per_24_hrs"][drug],
+        },
+        derived={"poe_id": POE_ID_SQL},
+    )
 
 
 def _write_prescriptions(ctx: Context, writer, common: dict, drug: np.ndarray, provider: Text) -> None:
     """A MAIN row per pharmacy order, plus a BASE (diluent) row for a demo-like share of them."""
     table, n = drug_table(ctx.vocab), len(drug)
-    writer.insert("prescriptions", {
-        **common, "order_provider_id": provider, "drug_type": Text.constant("MAIN", n),
-        **{f: Text(table[f], drug) for f in DRUG_FIELDS},
-        "doses_per_24_hrs": table["doses_per_24_hrs"][drug],
-    }, derived={"poe_id": POE_ID_SQL})
+    writer.insert(
+        "prescriptions",
+        {
+            **common,
+            "order_provider_id": provider,
+            "drug_type": Text.constant("MAIN", n),
+            **{f: Text(table[f], drug) for f in DRUG_FIELDS},
+            "doses_per_24_hrs": table["doses_per_24_hrs"][drug],
+        },
+        derived={"poe_id": POE_ID_SQL},
+    )
     base_rows = np.flatnonzero(ctx.rng.random(n) < ctx.vocab.value("medications", "base_fraction"))
     base = Weighted.of(ctx.vocab.value("medications", "base_drugs"))
     pick = base.indices(ctx.rng, len(base_rows))
-    writer.insert("prescriptions", {
-        **{k: v[base_rows] for k, v in common.items()}, "order_provider_id": provider.take(base_rows),
-        "drug_type": Text.constant("BASE", len(base_rows)),
-        **{f: Text(base.column(i), pick) for i, f in enumerate(DRUG_FIELDS[:4])},
-    }, derived={"poe_id": POE_ID_SQL})
+    writer.insert(
+        "prescriptions",
+        {
+            **{k: v[base_rows] for k, v in common.items()},
+            "order_provider_id": provider.take(base_rows),
+            "drug_type": Text.constant("BASE", len(base_rows)),
+            **{f: Text(base.column(i), pick) for i, f in enumerate(DRUG_FIELDS[:4])},
+        },
+        derived={"poe_id": POE_ID_SQL},
+    )
 
 
 def _write_emar(ctx, writer, subject_id, admission, adm, pharmacy_id, poe_seq, drug, start, stop) -> None:
@@ -85,14 +124,23 @@ def _write_emar(ctx, writer, subject_id, admission, adm, pharmacy_id, poe_seq, d
     order, charttime = stratified_times(rng, counts, start, stop)
     emar_seq = rank_in_group(subject_id[order]) + 1
     n = len(order)
-    writer.insert("emar", {
-        "subject_id": subject_id[order], "hadm_id": adm.hadm_id[admission[order]], "emar_seq": emar_seq,
-        "poe_seq": poe_seq[order], "pharmacy_id": pharmacy_id[order],
-        "enter_provider_id": ctx.providers(n, present=0.1), "charttime": times(charttime),
-        "medication": Text(table["drug"], drug[order]), "event_txt": ctx.pick("medications", "emar_event", n),
-        "scheduletime": times(charttime),
-        "storetime": times(charttime + (rng.random(n) * 30 * MINUTE).astype(np.int64)),
-    }, derived={"emar_id": EMAR_ID_SQL, "poe_id": POE_ID_SQL})
+    writer.insert(
+        "emar",
+        {
+            "subject_id": subject_id[order],
+            "hadm_id": adm.hadm_id[admission[order]],
+            "emar_seq": emar_seq,
+            "poe_seq": poe_seq[order],
+            "pharmacy_id": pharmacy_id[order],
+            "enter_provider_id": ctx.providers(n, present=0.1),
+            "charttime": times(charttime),
+            "medication": Text(table["drug"], drug[order]),
+            "event_txt": ctx.pick("medications", "emar_event", n),
+            "scheduletime": times(charttime),
+            "storetime": times(charttime + (rng.random(n) * 30 * MINUTE).astype(np.int64)),
+        },
+        derived={"emar_id": EMAR_ID_SQL, "poe_id": POE_ID_SQL},
+    )
     _write_emar_detail(ctx, writer, subject_id[order], emar_seq, pharmacy_id[order], drug[order])
 
 
@@ -103,13 +151,19 @@ def _write_emar_detail(ctx, writer, subject_id, emar_seq, pharmacy_id, drug) -> 
     emar = expand(children + 1)
     child = rank_in_group(emar)
     dose = np.where(child > 0, drug[emar], len(table["drug"]))
-    writer.insert("emar_detail", {
-        "subject_id": subject_id[emar], "emar_seq": emar_seq[emar], "child": child,
-        "pharmacy_id": pharmacy_id[emar],
-        "dose_due": Text(table["dose_val_rx"] + [None], dose),
-        "dose_due_unit": Text(table["dose_unit_rx"] + [None], dose),
-        "dose_given": Text(table["dose_val_rx"] + [None], dose),
-        "dose_given_unit": Text(table["dose_unit_rx"] + [None], dose),
-        "product_description": Text(table["drug"] + [None], dose),
-        "route": Text([None if r is None else str(r)[:10] for r in table["route"]] + [None], dose),
-    }, derived={"emar_id": EMAR_ID_SQL, "parent_field_ordinal": ORDINAL_SQL})
+    writer.insert(
+        "emar_detail",
+        {
+            "subject_id": subject_id[emar],
+            "emar_seq": emar_seq[emar],
+            "child": child,
+            "pharmacy_id": pharmacy_id[emar],
+            "dose_due": Text(table["dose_val_rx"] + [None], dose),
+            "dose_due_unit": Text(table["dose_unit_rx"] + [None], dose),
+            "dose_given": Text(table["dose_val_rx"] + [None], dose),
+            "dose_given_unit": Text(table["dose_unit_rx"] + [None], dose),
+            "product_description": Text(table["drug"] + [None], dose),
+            "route": Text([None if r is None else str(r)[:10] for r in table["route"]] + [None], dose),
+        },
+        derived={"emar_id": EMAR_ID_SQL, "parent_field_ordinal": ORDINAL_SQL},
+    )

@@ -27,19 +27,26 @@ def write_microbiology(ctx: Context, writer, adm: Admissions) -> None:
     has_ab = antibiotics[row_test] > 0
     drawn = uniform_times(rng, admission, adm.admit, adm.disch)
     stored = drawn + ((1 + rng.random(len(admission)) * 3) * DAY).astype(np.int64)
-    writer.insert("microbiologyevents", {
-        "microevent_id": ctx.ids.take_blocks("microevent", adm.subject_id[admission][row_test]),
-        "subject_id": adm.subject_id[admission][row_test], "hadm_id": adm.hadm_id[admission][row_test],
-        "micro_specimen_id": ctx.ids.take("micro_specimen", len(admission))[row_test],
-        "order_provider_id": ctx.providers(len(row_test), present=0.2),
-        "chartdate": times(drawn - drawn % DAY)[row_test], "charttime": times(drawn)[row_test],
-        "spec_itemid": np.asarray(test.column(0), dtype=np.int64)[test_pick][row_test],
-        "spec_type_desc": Text(test.column(1), test_pick[row_test]), "test_seq": np.ones(len(row_test), np.int64),
-        "storedate": times(stored - stored % DAY)[row_test], "storetime": times(stored - stored % MINUTE)[row_test],
-        "test_itemid": np.asarray(test.column(2), dtype=float)[test_pick][row_test],
-        "test_name": Text(test.column(3), test_pick[row_test]),
-        **_organism_columns(ctx, organisms["names"], org[row_test], row_test, has_ab),
-    })
+    writer.insert(
+        "microbiologyevents",
+        {
+            "microevent_id": ctx.ids.take_blocks("microevent", adm.subject_id[admission][row_test]),
+            "subject_id": adm.subject_id[admission][row_test],
+            "hadm_id": adm.hadm_id[admission][row_test],
+            "micro_specimen_id": ctx.ids.take("micro_specimen", len(admission))[row_test],
+            "order_provider_id": ctx.providers(len(row_test), present=0.2),
+            "chartdate": times(drawn - drawn % DAY)[row_test],
+            "charttime": times(drawn)[row_test],
+            "spec_itemid": np.asarray(test.column(0), dtype=np.int64)[test_pick][row_test],
+            "spec_type_desc": Text(test.column(1), test_pick[row_test]),
+            "test_seq": np.ones(len(row_test), np.int64),
+            "storedate": times(stored - stored % DAY)[row_test],
+            "storetime": times(stored - stored % MINUTE)[row_test],
+            "test_itemid": np.asarray(test.column(2), dtype=float)[test_pick][row_test],
+            "test_name": Text(test.column(3), test_pick[row_test]),
+            **_organism_columns(ctx, organisms["names"], org[row_test], row_test, has_ab),
+        },
+    )
 
 
 @cache

@@ -39,12 +39,20 @@ def write_poe(ctx: Context, writer, adm: Admissions) -> MedicationOrders:
     poe_seq = rank_in_group(adm.subject_id[admission]) + 1
     provider = ctx.providers(len(admission))
     order_type = Text(["Medications"] + _other_types(meds), kinds["order_type"])
-    writer.insert("poe", {
-        "poe_seq": poe_seq, "subject_id": adm.subject_id[admission], "hadm_id": adm.hadm_id[admission],
-        "ordertime": times(ordertime), "order_type": order_type,
-        "transaction_type": Text.constant("New", len(admission)), "order_provider_id": provider,
-        "order_status": ctx.pick("medications", "order_status", len(admission)),
-    }, derived={"poe_id": POE_ID_SQL})
+    writer.insert(
+        "poe",
+        {
+            "poe_seq": poe_seq,
+            "subject_id": adm.subject_id[admission],
+            "hadm_id": adm.hadm_id[admission],
+            "ordertime": times(ordertime),
+            "order_type": order_type,
+            "transaction_type": Text.constant("New", len(admission)),
+            "order_provider_id": provider,
+            "order_status": ctx.pick("medications", "order_status", len(admission)),
+        },
+        derived={"poe_id": POE_ID_SQL},
+    )
     _write_poe_detail(writer, meds, adm.subject_id[admission], poe_seq, kinds["detail"])
     med = np.flatnonzero(kinds["order_type"] == 0)
     return MedicationOrders(admission[med], poe_seq[med], ordertime[med], provider.take(med))
@@ -66,14 +74,22 @@ def _order_kinds(ctx: Context, n_med: int, n_other: int, meds: dict) -> dict[str
     types = _other_types(meds)
     detail_type = np.asarray([types.index(v[0]) + 1 for v in detail.values], dtype=np.int64)
     other_type = np.where(with_detail, detail_type[np.maximum(detail_pick, 0)], other.indices(rng, n_other) + 1)
-    return {"order_type": np.r_[np.zeros(n_med, np.int64), other_type],
-            "detail": np.r_[np.full(n_med, -1, np.int64), detail_pick]}
+    return {
+        "order_type": np.r_[np.zeros(n_med, np.int64), other_type],
+        "detail": np.r_[np.full(n_med, -1, np.int64), detail_pick],
+    }
 
 
 def _write_poe_detail(writer, meds: dict, subject_id: np.ndarray, poe_seq: np.ndarray, detail: np.ndarray) -> None:
     rows = np.flatnonzero(detail >= 0)
     values = Weighted.of(meds["poe_detail"])
-    writer.insert("poe_detail", {
-        "poe_seq": poe_seq[rows], "subject_id": subject_id[rows],
-        "field_name": Text(values.column(1), detail[rows]), "field_value": Text(values.column(2), detail[rows]),
-    }, derived={"poe_id": POE_ID_SQL})
+    writer.insert(
+        "poe_detail",
+        {
+            "poe_seq": poe_seq[rows],
+            "subject_id": subject_id[rows],
+            "field_name": Text(values.column(1), detail[rows]),
+            "field_value": Text(values.column(2), detail[rows]),
+        },
+        derived={"poe_id": POE_ID_SQL},
+    )

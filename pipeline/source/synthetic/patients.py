@@ -13,14 +13,17 @@ from .writer import Text, dates, times
 def write_patients(ctx: Context, writer, cohort: Cohort) -> None:
     n = len(cohort.subject_id)
     age = sample_one(quantiles(ctx.vocab.value("demographics", "anchor_age")), ctx.rng, n)
-    writer.insert("patients", {
-        "subject_id": cohort.subject_id,
-        "gender": ctx.pick("demographics", "gender", n),
-        "anchor_age": np.clip(np.round(age), 18, 91).astype(np.int64),
-        "anchor_year": cohort.anchor_year,
-        "anchor_year_group": ctx.pick("demographics", "anchor_year_group", n),
-        "dod": dates(cohort.dod),
-    })
+    writer.insert(
+        "patients",
+        {
+            "subject_id": cohort.subject_id,
+            "gender": ctx.pick("demographics", "gender", n),
+            "anchor_age": np.clip(np.round(age), 18, 91).astype(np.int64),
+            "anchor_year": cohort.anchor_year,
+            "anchor_year_group": ctx.pick("demographics", "anchor_year_group", n),
+            "dod": dates(cohort.dod),
+        },
+    )
     _omr(ctx, writer, cohort.subject_id, cohort.adm)
 
 
@@ -33,18 +36,24 @@ def write_admissions(ctx: Context, writer, adm: Admissions) -> np.ndarray:
     edout = np.minimum(adm.admit + (rng.random(n) * 2 * HOUR).astype(np.int64), adm.disch)
     discharge = ctx.pick("demographics", "discharge_location", n)
     discharge = Text(discharge.values + ["DIED"], np.where(died, len(discharge.values), discharge.codes))
-    writer.insert("admissions", {
-        "subject_id": adm.subject_id, "hadm_id": adm.hadm_id,
-        "admittime": times(adm.admit), "dischtime": times(adm.disch),
-        "deathtime": times(np.where(died, adm.disch, NULL_TIME)),
-        "admission_type": ctx.pick("demographics", "admission_type", n),
-        "admit_provider_id": ctx.providers(n),
-        "admission_location": ctx.pick("demographics", "admission_location", n),
-        "discharge_location": discharge,
-        **{c: ctx.pick("demographics", c, n) for c in ("insurance", "language", "marital_status", "race")},
-        "edregtime": times(np.where(ed, edreg, NULL_TIME)), "edouttime": times(np.where(ed, edout, NULL_TIME)),
-        "hospital_expire_flag": died.astype(np.int16),
-    })
+    writer.insert(
+        "admissions",
+        {
+            "subject_id": adm.subject_id,
+            "hadm_id": adm.hadm_id,
+            "admittime": times(adm.admit),
+            "dischtime": times(adm.disch),
+            "deathtime": times(np.where(died, adm.disch, NULL_TIME)),
+            "admission_type": ctx.pick("demographics", "admission_type", n),
+            "admit_provider_id": ctx.providers(n),
+            "admission_location": ctx.pick("demographics", "admission_location", n),
+            "discharge_location": discharge,
+            **{c: ctx.pick("demographics", c, n) for c in ("insurance", "language", "marital_status", "race")},
+            "edregtime": times(np.where(ed, edreg, NULL_TIME)),
+            "edouttime": times(np.where(ed, edout, NULL_TIME)),
+            "hospital_expire_flag": died.astype(np.int16),
+        },
+    )
     return np.where(ed, edreg, NULL_TIME)
 
 
@@ -59,10 +68,18 @@ def _omr(ctx: Context, writer, subject_id: np.ndarray, adm: Admissions) -> None:
     order = np.lexsort((name.codes, day, patient))
     patient, day, name = patient[order], day[order], name.take(order)
     first, second = _omr_numbers(ctx, name)
-    writer.insert("omr", {
-        "subject_id": subject_id[patient], "chartdate": dates(day),
-        "seq_num": _omr_seq(patient, day // DAY) + 1, "result_name": name, "first": first, "second": second,
-    }, derived={"result_value": OMR_VALUE_SQL})
+    writer.insert(
+        "omr",
+        {
+            "subject_id": subject_id[patient],
+            "chartdate": dates(day),
+            "seq_num": _omr_seq(patient, day // DAY) + 1,
+            "result_name": name,
+            "first": first,
+            "second": second,
+        },
+        derived={"result_value": OMR_VALUE_SQL},
+    )
 
 
 OMR_VALUE_SQL = """CASE WHEN second IS NULL THEN printf('%.1f', first)

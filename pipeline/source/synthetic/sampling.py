@@ -19,7 +19,7 @@ class Weighted:
         self._cdf /= self._cdf[-1] if len(self._cdf) else 1.0
 
     @classmethod
-    def of(cls, spec: dict) -> "Weighted":
+    def of(cls, spec: dict) -> Weighted:
         return cls(spec["values"], spec["p"])
 
     def indices(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -102,7 +102,7 @@ def poisson_counts(rng, rate: np.ndarray) -> np.ndarray:
 
 def round_values(values: np.ndarray, decimals: np.ndarray) -> np.ndarray:
     """Round each value to its item's number of decimals."""
-    scale = 10.0 ** decimals
+    scale = 10.0**decimals
     return np.round(values * scale) / scale
 
 

@@ -29,11 +29,16 @@ class ItemTable:
     decimals: np.ndarray
 
     @classmethod
-    def from_rows(cls, rows: list[list]) -> "ItemTable":
+    def from_rows(cls, rows: list[list]) -> ItemTable:
         """Rows of (itemid, rate, unit, quantiles, ...) as extracted from the demo."""
         values = QuantileTable([r[3] for r in rows])
-        return cls(np.asarray([r[0] for r in rows], dtype=np.int64), np.asarray([r[1] for r in rows], dtype=float),
-                   [r[2] for r in rows], values, decimals_for(values.table))
+        return cls(
+            np.asarray([r[0] for r in rows], dtype=np.int64),
+            np.asarray([r[1] for r in rows], dtype=float),
+            [r[2] for r in rows],
+            values,
+            decimals_for(values.table),
+        )
 
 
 class Vocab:

@@ -20,10 +20,10 @@ class Text:
         self.codes = np.asarray(codes, dtype=np.int32)
 
     @classmethod
-    def constant(cls, value, n: int) -> "Text":
+    def constant(cls, value, n: int) -> Text:
         return cls([value], np.zeros(n, dtype=np.int32))
 
-    def take(self, rows: np.ndarray) -> "Text":
+    def take(self, rows: np.ndarray) -> Text:
         return Text(self.values, self.codes[rows])
 
     def to_arrow(self) -> pa.Array:
