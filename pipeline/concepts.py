@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import polars as pl
 import yaml
@@ -56,6 +56,12 @@ def _cleaned(name: Any) -> str:
     return text
 
 
+@overload
+def concept_key(name: None) -> None: ...
+@overload
+def concept_key(name: str) -> str: ...
+@overload
+def concept_key(name: Any) -> str | None: ...
 def concept_key(name: Any) -> str | None:
     """The comparable form of a concept name (None stays None)."""
     return None if name is None else _cleaned(name).lower()

@@ -20,7 +20,7 @@ def sex_ranges() -> dict[str, dict[int, dict[str, list[str]]]]:
 def unfit_prefixes(table: str, version: int, sex: str) -> list[str]:
     """Code prefixes a patient of this sex (an adult) cannot hold in this table and ICD version."""
     ranges = sex_ranges().get(table, {}).get(int(version), {})
-    other = {"F": "M", "M": "F"}.get(sex)
+    other = {"F": "M", "M": "F"}.get(sex, "")
     return sorted([*ranges.get(other, []), *ranges.get("never_adult", [])])
 
 
@@ -40,5 +40,5 @@ def fitting_codes(con, table: str, subject_id: int, version: int, exclude: str) 
         f"GROUP BY 1 ORDER BY count(*) DESC, 1",
         [version, sex, exclude],
     ).fetchall()
-    fitting = [code for (code,) in rows if fits(table, version, sex, code)]
+    fitting = [code for (code,) in rows if fits(table, version, sex or "", code)]
     return fitting[:MAX_CANDIDATES]

@@ -9,7 +9,7 @@ real ids are to each other.
 
 from __future__ import annotations
 
-from pipeline.db import first_row, scalar
+from pipeline.db import scalar
 from pipeline.noise.base import Rejected
 
 BLOCKED_GAP = 2  # a column whose median gap between one patient's consecutive ids is at most this is blocked
@@ -44,7 +44,9 @@ def _used(con, table: str, column: str, candidate: int, margin: int = 0) -> bool
 
 def beside_block(con, table: str, column: str, subject_id: int, taken: list[int]) -> int:
     """The first unused id after the patient's block (else before it): the block grows by one, as real ones do."""
-    low, high = first_row(con, f"SELECT min({column}), max({column}) FROM {table} WHERE subject_id = ?", [subject_id])
+    low, high = con.execute(
+        f"SELECT min({column}), max({column}) FROM {table} WHERE subject_id = ?", [subject_id]
+    ).fetchall()[0]
     if low is None:
         raise Rejected("no_id_block_for_patient")
     for candidate in [*range(high + 1, high + 50), *range(low - 1, max(low - 50, 0), -1)]:
@@ -55,7 +57,9 @@ def beside_block(con, table: str, column: str, subject_id: int, taken: list[int]
 
 def scattered(con, table: str, column: str, rng, taken: list[int]) -> int:
     """A uniform draw inside the observed range, at least a tenth of the mean spacing from any used id."""
-    low, high, count = first_row(con, f"SELECT min({column}), max({column}), count(DISTINCT {column}) FROM {table}")
+    low, high, count = con.execute(
+        f"SELECT min({column}), max({column}), count(DISTINCT {column}) FROM {table}"
+    ).fetchall()[0]
     margin = max(0, (high - low) // max(count, 1) // 10)
     for _ in range(TRIES):
         candidate = int(rng.integers(low, high + 1))
@@ -66,7 +70,7 @@ def scattered(con, table: str, column: str, rng, taken: list[int]) -> int:
 
 def fresh_ids(con, table: str, column: str, rows: list[dict], rng) -> list[int]:
     """One unused id per row (each row has the subject_id of the patient it belongs to), as real ids lie."""
-    blocked, chosen = is_blocked(con, table, column), []
+    blocked, chosen = is_blocked(con, table, column), list[int]()
     for row in rows:
         chosen.append(
             beside_block(con, table, column, row["subject_id"], chosen)

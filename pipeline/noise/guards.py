@@ -41,7 +41,8 @@ def keys_frame(keys: list[dict[str, Any]], schema: pl.Schema) -> pl.LazyFrame:
 def _key_column(name: str, values: list[Any], target: pl.DataType) -> pl.Series:
     if target.is_temporal() and any(isinstance(v, str) for v in values):
         text = pl.Series(name, [_iso(v) for v in values], dtype=pl.String)
-        parsed = text.str.to_date() if target == pl.Date else text.str.to_datetime(time_unit=target.time_unit)
+        unit = target.time_unit if isinstance(target, pl.Datetime) else None
+        parsed = text.str.to_date() if target == pl.Date else text.str.to_datetime(time_unit=unit)
         return parsed.cast(target)
     return pl.Series(name, values).cast(target)
 

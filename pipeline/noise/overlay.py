@@ -115,13 +115,14 @@ def overlay(
     """Apply the patch as temp views on `con` for the duration of the block, then remove them. Tables in `shadow`
     the patch leaves alone get a view of the same shape over an empty patch (an episode shadows every table, so
     that clean and noisy episodes read through the same relations)."""
-    catalog, touched = source_catalog(con), patch.touched_tables if patch is not None else []
+    catalog = source_catalog(con)
+    tables, touched = (patch.tables, patch.touched_tables) if patch is not None else ({}, [])
     views = sorted({*touched, *shadow})
     try:  # one batch for the views: an episode opens 31 of them
         if views:
             con.execute(";\n".join(_noop_overlay_sql(f'"{catalog}".main.{table}', table) for table in views))
         for table in touched:
-            _apply_patch(con, f'"{catalog}".main.{table}', table, patch.tables[table])
+            _apply_patch(con, f'"{catalog}".main.{table}', table, tables[table])
         yield con
     finally:
         drop_overlay(con, views)

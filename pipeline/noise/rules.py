@@ -45,7 +45,7 @@ def unit_columns() -> dict[str, dict[str, str]]:
 
 
 @cache
-def placeholders() -> dict[str, list[str]]:
+def placeholders() -> dict[str, Any]:
     """{"masks": [...], "errors": [...], "text_columns": {table: [...]}} from `placeholders.yaml`."""
     return _data("placeholders.yaml")
 
@@ -58,7 +58,7 @@ def duplicate_rules() -> dict[str, dict[str, Any]]:
 
 def read_value_column(table: str | None, gold_sql: str) -> str | None:
     """The value column of a record table (`values` in duplicates.yaml) that the gold SQL reads first."""
-    listed = duplicate_rules().get(table, {}).get("values", [])
+    listed = duplicate_rules().get(table or "", {}).get("values", [])
     return next((c for c in listed if re.search(rf"\b{c}\b", gold_sql)), None)
 
 
@@ -84,6 +84,13 @@ class Evidence:
     facts: MeasurementTable | None  # None: not a measurement table
     rows: pl.DataFrame  # one source row per key, sorted
 
+    @property
+    def measurement(self) -> MeasurementTable:
+        """The measurement table's facts, for a rule that only runs on measurement evidence."""
+        if self.facts is None:
+            raise TypeError(f"evidence in {self.table} is not in a measurement table (measurements.yaml)")
+        return self.facts
+
 
 def evidence_table_name(template) -> str | None:
     """The one table a template's evidence rows come from (None: several)."""
@@ -93,7 +100,7 @@ def evidence_table_name(template) -> str | None:
 
 def evidence_facts(template) -> MeasurementTable | None:
     """The measurement table a template's evidence rows come from (None: evidence elsewhere or in several tables)."""
-    return measurement_tables().get(evidence_table_name(template))
+    return measurement_tables().get(evidence_table_name(template) or "")
 
 
 def table_evidence(con, task) -> Evidence:

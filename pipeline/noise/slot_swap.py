@@ -24,7 +24,10 @@ def concept_slots(template: Template) -> list[str]:
 
 
 def vocabulary(template: Template, slot: str) -> tuple[str, str]:
-    table, column = template.spec.slots[slot].vocabulary.split(".")
+    named = template.spec.slots[slot].vocabulary
+    if named is None:
+        raise ValueError(f"template {template.id}: slot {slot!r} has no vocabulary (table.column)")
+    table, column = named.split(".")
     return table, column
 
 

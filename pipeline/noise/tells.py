@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pipeline.db import first_row, scalar
+from pipeline.db import scalar
 from pipeline.noise.code_fit import fits, sex_ranges
 from pipeline.noise.fresh_ids import is_blocked
 from pipeline.noise.measurements import item_precision, measurement_tables
@@ -34,8 +34,10 @@ def decimals(value: float) -> int:
 
 
 def precision_tells(con, table: str, rows: list[dict]) -> list[str]:
-    facts, found = measurement_tables().get(table), []
-    for row in rows if facts else []:
+    facts, found = measurement_tables().get(table), list[str]()
+    if facts is None:
+        return found
+    for row in rows:
         number = row.get(facts.number)
         if number is None:
             continue
@@ -76,11 +78,13 @@ def id_tells(con, source: str, table: str, rows: list[dict]) -> list[str]:
 
 
 def _one_id_tells(con, source: str, column: str, value: int, subject_id) -> list[str]:
-    low, high = first_row(con, f"SELECT min({column}), max({column}) FROM {source}")
+    low, high = con.execute(f"SELECT min({column}), max({column}) FROM {source}").fetchall()[0]
     if not low <= value <= high:
         return [f"{source}.{column} {value} outside the real range {low}..{high}"]
     if subject_id is not None and is_blocked(con, source, column):
-        block = first_row(con, f"SELECT min({column}), max({column}) FROM {source} WHERE subject_id = ?", [subject_id])
+        block = con.execute(
+            f"SELECT min({column}), max({column}) FROM {source} WHERE subject_id = ?", [subject_id]
+        ).fetchall()[0]
         gap = max(block[0] - value, value - block[1], 0) if block[0] is not None else None
         widest = scalar(
             con,

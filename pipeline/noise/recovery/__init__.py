@@ -56,7 +56,7 @@ def recover(
         if name not in STRATEGIES:
             raise ValueError(f"recovery.yaml: unknown strategy {name!r} (known: {sorted(STRATEGIES)})")
         answer = STRATEGIES[name](con, case, rule)
-        if contradicts(answer, case):
+        if answer is not None and contradicts(answer, case):
             return name, answer
     return None
 

@@ -104,7 +104,7 @@ def _widened(low: dt.datetime, high: dt.datetime, hours: float) -> tuple[dt.date
     return low - dt.timedelta(hours=hours), high + dt.timedelta(hours=hours)
 
 
-def _reads_only(tree: exp.Expression, encounter: dict[str, Any]) -> bool:
+def _reads_only(tree: exp.Expr, encounter: dict[str, Any]) -> bool:
     """The question reads the encounter table and none of its columns beyond the declared ones (an attribute such
     as the discharge time cannot be placed from the events)."""
     others = set(load_schema()[encounter["table"]].column_names) - set(encounter["reads"])
@@ -130,7 +130,7 @@ def _likely_anchors(
             low, high = event["hours"]
             bounds.append((first + dt.timedelta(hours=low), first + dt.timedelta(hours=high)))
             identity = identity or dict(zip(encounter["identity"], ids))
-    if not bounds:
+    if not bounds or identity is None:
         return None
     start, end = sorted([max(b[0] for b in bounds), min(b[1] for b in bounds)])
     hours = int((end - start).total_seconds() // 3600)
@@ -144,7 +144,7 @@ def _spread(start: dt.datetime, end: dt.datetime, samples: int) -> list[dt.datet
 
 
 def _one_answer(
-    con: duckdb.DuckDBPyConnection, case: Case, tree: exp.Expression, views: Iterable[dict[str, str]]
+    con: duckdb.DuckDBPyConnection, case: Case, tree: exp.Expr, views: Iterable[dict[str, str]]
 ) -> AnswerValue | None:
     """The gold reading over each set of views; the answer when every reading is definite and they all agree."""
     plain, first = case.template.spec.answer.model_copy(update={"records": []}), None

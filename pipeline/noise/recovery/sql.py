@@ -16,12 +16,12 @@ from pipeline.templates.render import render_sql
 PREFIX = "__recovery_"  # temp views a strategy creates; gold SQL reads them through `with_tables`
 
 
-def gold_tree(case: Case) -> exp.Expression:
+def gold_tree(case: Case) -> exp.Expr:
     """The gold SQL rendered with the noisy slots, parsed."""
     return sqlglot.parse_one(render_sql(case.template.gold_sql, case.slots), dialect="duckdb")
 
 
-def answer_of(con: duckdb.DuckDBPyConnection, case: Case, tree: exp.Expression) -> AnswerValue | None:
+def answer_of(con: duckdb.DuckDBPyConnection, case: Case, tree: exp.Expr) -> AnswerValue | None:
     """The canonical answer of a (rewritten) gold query on the overlay; None when it fails to run or shape."""
     try:
         return canonical_answer(con.sql(tree.sql(dialect="duckdb")).pl(), case.template.spec.answer)
@@ -29,10 +29,10 @@ def answer_of(con: duckdb.DuckDBPyConnection, case: Case, tree: exp.Expression) 
         return None
 
 
-def with_tables(tree: exp.Expression, names: dict[str, str]) -> exp.Expression:
+def with_tables(tree: exp.Expr, names: dict[str, str]) -> exp.Expr:
     """The query reading `names[table]` wherever it read `table` (aliases kept, so column references hold)."""
 
-    def swap(node: exp.Expression) -> exp.Expression:
+    def swap(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Table) and not node.args.get("db") and node.name in names:
             alias = node.alias or node.name
             return exp.to_table(names[node.name]).as_(alias)
@@ -41,7 +41,7 @@ def with_tables(tree: exp.Expression, names: dict[str, str]) -> exp.Expression:
     return tree.copy().transform(swap)
 
 
-def reads(tree: exp.Expression, table: str) -> bool:
+def reads(tree: exp.Expr, table: str) -> bool:
     """The query reads the table (by its unqualified name)."""
     return any(t.name == table and not t.args.get("db") for t in tree.find_all(exp.Table))
 
@@ -59,12 +59,10 @@ def temp_views(con: duckdb.DuckDBPyConnection, views: dict[str, str]) -> Iterato
             con.execute(f"DROP VIEW IF EXISTS temp.main.{view}")
 
 
-def rewrite_literals(
-    tree: exp.Expression, rule: Callable[[exp.Expression, str], exp.Expression | None]
-) -> exp.Expression:
+def rewrite_literals(tree: exp.Expr, rule: Callable[[exp.Expr, str], exp.Expr | None]) -> exp.Expr:
     """Replace each `column = 'literal'` comparison by `rule(column, literal)` where the rule gives one."""
 
-    def swap(node: exp.Expression) -> exp.Expression:
+    def swap(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.EQ):
             for side, other in ((node.this, node.expression), (node.expression, node.this)):
                 if isinstance(other, exp.Literal) and other.is_string and not isinstance(side, exp.Literal):

@@ -44,18 +44,18 @@ def _facts(rule: dict[str, Any], key: str, case: Case) -> list[dict[str, Any]]:
 _WRAPPERS = (exp.Lower, exp.Upper, exp.Trim, exp.RegexpReplace)
 
 
-def _core(node: exp.Expression) -> exp.Expression:
+def _core(node: exp.Expr) -> exp.Expr:
     """The column or literal inside a normalising wrapper (lower/trim/regexp_replace, as concept_sql writes)."""
     while isinstance(node, _WRAPPERS):
         node = node.this
     return node
 
 
-def _byte_form(tree: exp.Expression, literal_of: dict[str, str]) -> exp.Expression:
+def _byte_form(tree: exp.Expr, literal_of: dict[str, str]) -> exp.Expr:
     """The literal reading: every normalised `f(column) = f('literal')` back to byte equality, and a value set on
     a column with declared synonyms (`event_txt IN (...)`) back to its one literal value ('Administered')."""
 
-    def swap(node: exp.Expression) -> exp.Expression:
+    def swap(node: exp.Expr) -> exp.Expr:
         if (
             isinstance(node, exp.In)
             and isinstance(_core(node.this), exp.Column)
@@ -83,7 +83,7 @@ def concept_variant(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, 
     }
     synonyms = {(s["column"], s["value"]): s["means"] for s in rule.get("synonyms", [])}
 
-    def widen(column: exp.Expression, literal: str) -> exp.Expression | None:
+    def widen(column: exp.Expr, literal: str) -> exp.Expr | None:
         means = synonyms.get((column.name if isinstance(column, exp.Column) else "", literal))
         if means:
             return sqlglot.parse_one(

@@ -51,6 +51,8 @@ class Record:
 
 
 def record_of(table: str | None, gold_sql: str) -> Record | None:
+    if table is None:
+        return None
     spec, facts = duplicate_rules().get(table), measurement_tables().get(table)
     if spec is None:
         return None
@@ -73,7 +75,7 @@ def conflict_rule(record: Record, rows: pl.DataFrame) -> Rule:
     )
     conflicting = pl.col(value).drop_nulls().n_unique().over(record.group) > 1
     expr = pl.all_horizontal([pl.col(c).is_not_null() for c in record.group]) & conflicting
-    return Rule(sql, expr, pl.col(record.item).is_in(items) if items else None)
+    return Rule(sql, expr, pl.col(record.item).is_in(items) if record.item and items else None)
 
 
 def other_value(con, record: Record, row: dict, rng):
@@ -118,7 +120,7 @@ def _other_texts(con, record: Record, row: dict) -> list:
 def measured_other(con, ev: Evidence, row: dict, rng) -> dict:
     """A measurement's conflicting number and text, at the precision its item's real rows use, and inside the
     range its real readings take (`item_span`): both rows must be believable, or the conflict resolves itself."""
-    facts = ev.facts
+    facts = ev.measurement
     precision, (low, high) = item_precision(con, facts, row[facts.item]), item_span(con, facts, row[facts.item])
     value = precision.number_of(row[facts.number])
     scaled = [value * f for f in FACTORS] + [value / f for f in FACTORS]
@@ -161,7 +163,7 @@ class ConflictingDuplicate(NoiseSubtype):
 
     def applies(self, template):
         table = evidence_table_name(template)
-        position = duplicate_rules().get(table, {}).get("position")
+        position = duplicate_rules().get(table or "", {}).get("position")
         reads_position = position is None or re.search(rf"\b{position}\b", template.gold_sql) is not None
         return super().applies(template) and reads_position and record_of(table, template.gold_sql) is not None
 

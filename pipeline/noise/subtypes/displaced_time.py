@@ -177,9 +177,10 @@ def _displace(row: dict, columns: list[str], start, lead: int, step: dt.timedelt
     the lead, at the column's granularity `step` (an offset from `start` that is no round number of hours)."""
     main = row[columns[0]]
     if isinstance(main, dt.datetime):
-        units = int(rng.integers(2 * HOUR // step, 12 * HOUR // step))
-        target = start - dt.timedelta(hours=lead) - units * step - step * float(rng.random())
-        target -= (target - dt.datetime.min) % step  # on the column's own grid
+        grid = step or SECOND  # a timestamp column always has a granularity
+        units = int(rng.integers(2 * HOUR // grid, 12 * HOUR // grid))
+        target = start - dt.timedelta(hours=lead) - units * grid - grid * float(rng.random())
+        target -= (target - dt.datetime.min) % grid  # on the column's own grid
         shift = target - main
     else:
         shift = dt.timedelta(days=(start.date() - main).days - lead // 24 - int(rng.integers(1, 4)))

@@ -81,7 +81,7 @@ def recorded_in(con, task, source: str, value) -> str | None:
 def recorded_concepts(con, task, source: str) -> dict[str, str]:
     """{concept key: the first table recording it} for the task's encounter: one query per recording table
     (distinct names of the encounter's rows, keyed in Python) instead of one per candidate and table."""
-    schema, found = load_schema(), {}
+    schema, found = load_schema(), dict[str, str]()
     for record in concept_records(source):
         table = record["table"]
         entity = [s for s in ENTITY_SLOTS if s in task.slots and s in schema[table].column_names]

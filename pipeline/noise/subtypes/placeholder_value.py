@@ -37,6 +37,8 @@ from pipeline.templates.spec import Scope
 
 def value_columns(table: str | None, gold_sql: str) -> tuple[str, str | None] | None:
     """(text column, number column or None) a placeholder takes in this table for this gold program."""
+    if table is None:
+        return None
     facts = measurement_tables().get(table)
     if facts is not None:
         return (facts.text, facts.number) if facts.text else None

@@ -56,8 +56,18 @@ class Units:
     number: str | None = None  # a numeric value column (measurements)
     text: str | None = None  # a text value column (a measurement's text, a prescription's dose)
 
+    @property
+    def value(self) -> str:
+        """The column holding the value: the number, else the text."""
+        column = self.number or self.text
+        if column is None:
+            raise ValueError(f"units.yaml: table {self.table} names neither a number nor a text column")
+        return column
+
 
 def units_of(table: str | None) -> Units | None:
+    if table is None:
+        return None
     facts = measurement_tables().get(table)
     if facts is not None:
         return Units(table, facts.item, facts.unit, facts.number, facts.text)
@@ -103,11 +113,19 @@ class Conversion:
 
     @property
     def offset(self) -> float:
-        return convert_unit(0.0, self.unit, self.expected)
+        return _converted(0.0, self.unit, self.expected)
 
     @property
     def slope(self) -> float:
-        return convert_unit(1.0, self.unit, self.expected) - self.offset
+        return _converted(1.0, self.unit, self.expected) - self.offset
+
+
+def _converted(value: float, unit: str, target: str) -> float:
+    """`value` in `unit` converted to `target`; a ValueError when the verifier knows no such conversion."""
+    converted = convert_unit(value, unit, target)
+    if converted is None:
+        raise ValueError(f"unit_conversions.yaml: no conversion from {unit!r} to {target!r}")
+    return converted
 
 
 def conversion_of(item, expected: str) -> Conversion | None:
@@ -121,7 +139,7 @@ def conversion_of(item, expected: str) -> Conversion | None:
 def re_expressed_number(value: float, decimals: int, conversion: Conversion, tolerance: float) -> tuple[float, int]:
     """`value` in the conversion's unit at the fewest decimals (up to `decimals`) whose conversion back gives
     `value` within half the template's tolerance; Rejected when none does (98.7 °F is no round number of °C)."""
-    exact = convert_unit(value, conversion.expected, conversion.unit)
+    exact = _converted(value, conversion.expected, conversion.unit)
     for digits in range(decimals + 1):
         written = round(exact, digits)
         if written != 0 and abs(written * conversion.slope + conversion.offset - value) <= tolerance / 2:
@@ -159,7 +177,7 @@ def _back_sql(units: Units, conversions: list[Conversion]) -> dict[str, str]:
         f"WHEN {units.item} = {sql_literal(c.item)} AND {units.unit} = {sql_literal(c.unit)} THEN {then(c)}"
         for c in conversions
     )
-    value = units.number or units.text
+    value = units.value
     number = f"TRY_CAST({value} AS DOUBLE)"
     back = f"CASE {whens(lambda c: f'{number} * {c.slope!r} + {c.offset!r}')} ELSE {number} END"
     columns = {units.unit: f"CASE {whens(lambda c: sql_literal(c.expected))} ELSE {units.unit} END"}
@@ -181,7 +199,7 @@ def converting_sql(gold_sql: str, units: Units, conversions: list[Conversion]) -
 
 def converting_python(gold, units: Units, conversions: list[Conversion]):
     """A `reference(tables, slots)`: the gold program with every re-expressed row converted back."""
-    value = units.number or units.text
+    value = units.value
 
     def reference(tables, slots):
         number, unit = pl.col(value).cast(pl.Float64, strict=False), pl.col(units.unit)
@@ -250,7 +268,7 @@ class UnitMismatch(NoiseSubtype):
         units = units_of(ev.table)
         if units is None:
             raise Rejected("no_unit_column")
-        if ev.rows[units.number or units.text].null_count():
+        if ev.rows[units.value].null_count():
             raise Rejected("evidence_not_clean")
         expected = expected_units(con, units, set(ev.rows[units.item].to_list()))
         if not expected:  # the items carry no unit at all
