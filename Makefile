@@ -13,7 +13,7 @@ SEED   ?= 0
 PER_TEMPLATE ?= 2
 VERSION ?= synthetic-$(PATIENTS)-seed$(SEED)
 
-.PHONY: run demo test test-fast venv bench clean
+.PHONY: run demo test test-fast lint venv bench clean
 
 venv: $(STAMP)
 
@@ -56,7 +56,13 @@ demo: venv
 	$(BIN)/ehrgym validate-source --db $(DATA)/demo.duckdb --out $(DATA)/demo.source-gate.json
 	$(BIN)/ehrgym tasks --db $(DATA)/demo.duckdb --out $(DATA)/demo-tasks.jsonl --per-template 5 --seed $(SEED)
 
-test: venv
+# Lint, format and type checks first (seconds; the configuration is in pyproject.toml), then the whole suite.
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # The self-contained tier for development: no ../shared data, nothing marked slow (Airflow runs); <= 2 minutes.

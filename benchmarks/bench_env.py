@@ -13,6 +13,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from pipeline.env.gateway import plain
 from pipeline.env.release import Release
@@ -120,7 +121,7 @@ def main() -> None:
     with Release.open(args.release, args.db) as release:
         task_ids = [t.task_id for t in release.tasks()][: args.episodes or None]
         release.episode(task_ids[0]).close()  # warm caches (function list, schema) outside the measurement
-        result = {
+        result: dict[str, Any] = {
             "release": release.version,
             "tasks": len(task_ids),
             **reset_times(release, task_ids),

@@ -1,7 +1,8 @@
 """Benchmark the evaluation runner in one run: oracle episodes per second in-process and with a worker pool.
 
-Usage: python benchmarks/bench_eval.py RELEASE_DIR DB [--split S] [--workers 2] [--k 1]   (writes benchmarks/results/eval.json)
-Everything is measured in the same run on the same machine; the goal (>= 50 oracle episodes/s) is reported, never asserted.
+Usage: python benchmarks/bench_eval.py RELEASE_DIR DB [--split S] [--workers 2] [--k 1]
+(writes benchmarks/results/eval.json). Everything is measured in the same run on the same machine; the goal
+(>= 50 oracle episodes/s) is reported, never asserted.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def pool_startup(config: EvalConfig) -> float:
     """Seconds until every worker has spawned, imported the package and opened its Release (paid once per run)."""
     started = time.perf_counter()
     with worker_pool(config) as pool:
+        if pool is None:
+            raise ValueError("pool_startup needs config.workers >= 2")
         for future in [pool.submit(os.getpid) for _ in range(config.workers)]:
             future.result()
     return time.perf_counter() - started

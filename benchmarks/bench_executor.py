@@ -13,6 +13,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from pipeline.env.executor import CRASHED
 from pipeline.env.release import Release
@@ -40,7 +41,7 @@ def main() -> None:
     args = parser.parse_args()
     with Release.open(args.release, args.db) as local, Release.open(args.release, args.db, isolate=True) as isolated:
         tasks = [t.task_id for t in local.tasks()][: args.tasks]
-        times = {"in_process": ([], []), "executor": ([], [])}
+        times: dict[str, tuple[list[float], list[float]]] = {"in_process": ([], []), "executor": ([], [])}
         for task_id in tasks:
             sql = local.label(task_id).reference_sql
             for mode, release in (("in_process", local), ("executor", isolated)):
@@ -52,7 +53,7 @@ def main() -> None:
             crashed = isolated.executor.run(isolated.executor.open_episodes[-1], CRASH, 5.0)
             recovered = episode.call("sql", {"query": "SELECT count(*) FROM patients"}).ok
         crash_seconds = time.perf_counter() - started
-    summary = {
+    summary: dict[str, Any] = {
         mode: {
             "episode_open_close_ms_median": round(1000 * statistics.median(o), 1),
             "query_seconds_total": round(sum(q), 3),

@@ -39,7 +39,8 @@ def _timed(fn) -> float:
 def verify_for(con, tasks, templates, seconds: float) -> tuple[list, Counter, float, int]:
     """Verify pairs (every applicable sub-type per task) until the time budget is spent; (pairs, rejections,
     seconds, tasks visited)."""
-    tables, pairs, rejected, started, visited = Tables(con), [], Counter(), time.perf_counter(), 0
+    rejected: Counter[tuple[str, str]] = Counter()
+    tables, pairs, started, visited = Tables(con), [], time.perf_counter(), 0
     for visited, task in enumerate(tasks, start=1):  # noqa: B007 (the count is returned)
         for subtype in subtypes().values():
             if not subtype.applies(templates[task.template_id]):
@@ -111,7 +112,8 @@ def markdown_counts(counts: dict, applicable: set[tuple[str, str]]) -> str:
 def overlay_vs_copy(con, pairs) -> dict:
     """Medians over up to 60 pairs with table patches, overall and per touched table (copy cost grows with the
     table, overlay cost with the patch)."""
-    catalog, per_table = source_catalog(con), {}
+    catalog = source_catalog(con)
+    per_table: dict[str, list[tuple[float, float]]] = {}
     overlay_s, copy_s, query_overlay, query_source = [], [], [], []
     for pair in [p for p in pairs if p.patch.tables][:60]:
         made = _overlay_time(con, pair.patch)

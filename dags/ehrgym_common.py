@@ -10,12 +10,16 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from pipeline.stage_table import SHARDED_VALUES, STAGE_TABLE
 from pipeline.templates.spec import INTENTS
+
+if TYPE_CHECKING:
+    from airflow.sdk.bases.decorator import Task
 
 RELEASES = AssetAlias(name="ehrgym-releases")  # one Asset event per published release, added through this alias
 DEFAULT_ARGS = {"owner": "ehrgym", "retries": 2, "retry_delay": timedelta(seconds=30)}
@@ -138,7 +142,7 @@ def publish(work: str, assembled: str, gates: str) -> str:
     return str(release)
 
 
-STAGE_TASKS = {
+STAGE_TASKS: dict[str, Task[..., Any]] = {
     "prepare": prepare,
     "source_gate": source_gate,
     "fingerprint": fingerprint,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
+from typing import cast
 
 from airflow.sdk import Param, dag, get_current_context, task
 from ehrgym_common import CONFIG_PARAMS, DEFAULT_ARGS, TAGS, build_params, data_dir, release_chain
@@ -72,7 +73,8 @@ def rebuild_config(db: str) -> dict:
     doc_md=__doc__,
 )
 def ehrgym_rebuild():
-    release_chain(rebuild_config(source_db()))
+    # Task.__call__ is typed to return XComArg, which Airflow resolves to the upstream str at run time.
+    release_chain(rebuild_config(cast(str, source_db())))
 
 
 ehrgym_rebuild()

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
 app = typer.Typer(help="EHR-RobustGym: Clean-Noise pair benchmarks over MIMIC-IV.", no_args_is_help=True)
@@ -126,7 +126,8 @@ def fidelity(
         k for section in ("rows_per_patient", "lab_medians") for k, v in report[section].items() if not v["pass"]
     ]
     out.print(
-        f"fidelity report: {out_html} ({len(failing)} check(s) outside bounds{': ' + ', '.join(failing) if failing else ''})"
+        f"fidelity report: {out_html} ({len(failing)} check(s) outside bounds"
+        f"{': ' + ', '.join(failing) if failing else ''})"
     )
     if failing:
         raise typer.Exit(1)
@@ -284,7 +285,7 @@ def build(
         TimeElapsedColumn(),
         console=console,
     ) as bar:
-        jobs: dict[str, int] = {}
+        jobs: dict[str, TaskID] = {}
 
         def on_progress(stage: str, done: int, total: int) -> None:
             if stage not in jobs:
@@ -311,7 +312,8 @@ def _print_release(release: Path) -> None:
     out.print(f"release: {release}")
     out.print(
         f"pairs verified {pairs['verified']:,}, published {pairs['published']:,} "
-        f"(test {pairs['split']['test']:,}, train {pairs['split']['train']:,}, {pairs['split']['per_cell']} per test cell)"
+        f"(test {pairs['split']['test']:,}, train {pairs['split']['train']:,}, "
+        f"{pairs['split']['per_cell']} per test cell)"
     )
 
 

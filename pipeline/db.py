@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -18,7 +19,7 @@ def first_row(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None
     return rows[0] if rows else None
 
 
-def open_source(path: str) -> duckdb.DuckDBPyConnection:
+def open_source(path: str | Path) -> duckdb.DuckDBPyConnection:
     """A read-only connection to a source database; DuckDB's own progress bar stays off (ours show progress,
     and a worker process would otherwise print one bar per slow query into the log)."""
     con = duckdb.connect(str(path), read_only=True)

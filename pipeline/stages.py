@@ -79,7 +79,7 @@ def work_dir(config: BuildConfig) -> Path:
     return Path(config.releases_dir) / ".work" / f"{config.version}-{build_key(config)}"
 
 
-def produce(final: Path, write: Callable[[Path], None]) -> Path:
+def produce(final: Path, write: Callable[[Path], object]) -> Path:
     """`final` when an earlier attempt finished it; otherwise `write(tmp)` and rename tmp onto `final`."""
     if final.exists():
         return final
@@ -142,7 +142,10 @@ def folder_stamp(spec: SourceSpec) -> str:
     for path in files:
         stat = path.stat()
         digest.update(
-            f"{path.relative_to(folder) if path.is_relative_to(folder) else path}:{stat.st_size}:{stat.st_mtime_ns};".encode()
+            (
+                f"{path.relative_to(folder) if path.is_relative_to(folder) else path}:"
+                f"{stat.st_size}:{stat.st_mtime_ns};"
+            ).encode()
         )
     return digest.hexdigest()
 

@@ -1,6 +1,10 @@
-"""Shared fixtures: the real MIMIC-IV demo (../shared/data), a synthetic source and releases, each built once per
+"""Shared fixtures: the real MIMIC-IV demo (../shared/data), synthetic sources and releases, each built once per
 test run (under pytest-xdist the first worker builds, the others wait on a lock and reuse it); tests that need the
-real demo are marked `realdata` from their fixtures, so `-m "not realdata"` is the self-contained tier."""
+real demo are marked `realdata` from their fixtures, so `-m "not realdata"` is the self-contained tier.
+
+Every behaviour runs on the small synthetic source (`synthetic_db`, its releases `synthetic_release_dir` and
+`synthetic_small_release_dir`); where the real records matter, one realdata test per behaviour runs every case on
+the demo and reports the failing ones together (tests/aggregate.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import pytest
 SHARED_DATA = Path(os.environ.get("EHRGYM_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 DEMO_DIR = SHARED_DATA / "mimic-iv-demo-2.2"
 CHARTEVENTS = SHARED_DATA / "chartevents-from-meds" / "chartevents.csv.gz"
+SYNTHETIC_PATIENTS, SYNTHETIC_SEED = 300, 7  # synthetic_db: every template instantiates five tasks on it
 REAL_DATA_FIXTURES = ("demo_dir", "demo_db")  # a test that uses one of these (even indirectly) needs ../shared
 
 
@@ -101,6 +106,58 @@ def demo_small_release_dir(demo_db: Path, tmp_path_factory: pytest.TempPathFacto
     from pipeline.env.testing import build_small_release
 
     return built_once(tmp_path_factory, "demo-small-release", lambda f: build_small_release(demo_db, f)) / "env-test"
+
+
+@pytest.fixture(scope="session")
+def synthetic_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 300-patient synthetic MIMIC-IV (seed 7), the self-contained tier's source. Read-only: copy to change it."""
+    from pipeline.source.synthetic import generate_synthetic
+
+    name = f"synthetic-{SYNTHETIC_PATIENTS}.duckdb"
+    folder = built_once(
+        tmp_path_factory,
+        f"synthetic-{SYNTHETIC_PATIENTS}",
+        lambda f: generate_synthetic(f / name, SYNTHETIC_PATIENTS, seed=SYNTHETIC_SEED),
+    )
+    return folder / name
+
+
+@pytest.fixture(scope="session")
+def synthetic_release_dir(synthetic_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """demo_release_dir's twin on synthetic_db: every template, one task each, every default sub-type, pair gate
+    skipped. Open it per module; never write into it."""
+    from pipeline.build import BuildConfig
+    from pipeline.stages import run_build
+
+    def build(folder: Path) -> None:
+        run_build(
+            BuildConfig(db=synthetic_db, releases_dir=folder, version="synthetic-v1", per_template=1),
+            gate=lambda *_: SkippedGate(),
+        )
+
+    return built_once(tmp_path_factory, "synthetic-release", build) / "synthetic-v1"
+
+
+@pytest.fixture(scope="session")
+def synthetic_small_release_dir(synthetic_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pipeline.env.testing's small release (laboratory and encounter templates) on synthetic_db. Never write
+    into it."""
+    from pipeline.env.testing import build_small_release
+
+    return (
+        built_once(tmp_path_factory, "synthetic-small-release", lambda f: build_small_release(synthetic_db, f))
+        / "env-test"
+    )
+
+
+@pytest.fixture(scope="module")
+def synthetic_source(synthetic_db: Path):
+    """A read-only connection to synthetic_db, on which overlays are created (the twin of `source`)."""
+    from pipeline.noise.overlay import open_source
+
+    con = open_source(synthetic_db)
+    yield con
+    con.close()
 
 
 @pytest.fixture(scope="module")

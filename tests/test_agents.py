@@ -1,28 +1,29 @@
-"""The baseline agents on a demo release: registry, information boundary, determinism and the pass-rate targets."""
+"""The baseline agents on the session's synthetic release: registry, information boundary, determinism and the
+pass-rate targets; the targets also on the demo release, in one realdata test."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from aggregate import assert_all_pass
 
 from pipeline.agents import agent_names, get_agent
 from pipeline.agents.base import Agent, context_for
+from pipeline.env.release import Release
 from pipeline.env.verifier import verify
 
 SCRIPTED = ("oracle", "literal", "relaxing", "cautious")
 
 
 @pytest.fixture(scope="module")
-def release(demo_release_dir: Path, demo_db: Path):
-    """The session's demo release (tests/conftest.py: every template, pair gate skipped), opened for this module."""
-    from pipeline.env.release import Release
-
-    opened = Release.open(demo_release_dir, demo_db)
-    yield opened
-    opened.close()
+def release(synthetic_release_dir: Path, synthetic_db: Path):
+    """The session's synthetic release (tests/conftest.py: every template, pair gate skipped), opened here."""
+    with Release.open(synthetic_release_dir, synthetic_db) as opened:
+        yield opened
 
 
 def run_agent(release, name: str, task_id: str, seed: int = 0):
@@ -34,8 +35,7 @@ def run_agent(release, name: str, task_id: str, seed: int = 0):
         episode.close()
 
 
-@pytest.fixture(scope="module")
-def rates(release) -> dict[str, dict[str, list[int]]]:
+def pass_rates(release) -> dict[str, dict[str, list[int]]]:
     """{agent: {"clean" | "noise" | "noise/<level>" | "noise/<level>/<sub-type>": [passed, total]}} over every task."""
     table: dict[str, dict[str, list[int]]] = {}
     source = release.source_cursor()  # scored as evaluation scores: evidence-based abstention on the clean source
@@ -54,7 +54,13 @@ def rates(release) -> dict[str, dict[str, list[int]]]:
         print(f"\n{name}: {len(release.tasks())} episodes in {time.perf_counter() - started:.1f} s")
         for key, (passed, total) in sorted(counts.items()):
             print(f"  {key:45s} {passed:3d}/{total:3d} = {passed / total:.0%}")
+    source.close()
     return table
+
+
+@pytest.fixture(scope="module")
+def rates(release) -> dict[str, dict[str, list[int]]]:
+    return pass_rates(release)
 
 
 def rate(table: dict, key: str) -> float:
@@ -110,14 +116,17 @@ def test_agents_act_only_through_tools_and_are_deterministic(release):
             assert all(call["tool"] in ("sql", "answer") for call in runs[0]["calls"])
 
 
-def test_oracle_passes_every_task(rates):
+def oracle_passes_every_task(rates):
     assert rate(rates["oracle"], "clean") == 1.0
     assert rate(rates["oracle"], "noise") == 1.0
 
 
-def test_relaxing_answers_clean_tasks_and_falls_for_noise(rates):
+def relaxing_answers_clean_tasks(rates):
+    assert rate(rates["relaxing"], "clean") == 1.0
+
+
+def relaxing_falls_for_noise(rates):
     relaxing = rates["relaxing"]
-    assert rate(relaxing, "clean") == 1.0
     # A value re-expressed in another unit (unit_mismatch at patient scope) is read right by any agent that reports
     # the row's own unit (37.0 with °C converts to the asked 98.6 °F); every other noise catches it.
     passed, total = relaxing["noise"]
@@ -125,18 +134,57 @@ def test_relaxing_answers_clean_tasks_and_falls_for_noise(rates):
     assert (passed - unit_passed) / (total - unit_total) <= 0.10
 
 
-def test_cautious_abstains_or_repairs_on_noise_and_answers_clean(rates):
+def cautious_abstains_or_repairs_on_noise(rates):
     assert rate(rates["cautious"], "noise") >= 0.80
+
+
+def cautious_answers_clean_tasks(rates):
     assert rate(rates["cautious"], "clean") >= 0.95
 
 
-def test_literal_is_measured_per_level_and_subtype(rates):
+def literal_is_measured_per_level_and_subtype(rates):
     literal = rates["literal"]
     assert rate(literal, "clean") == 1.0  # the clean gold SQL on the clean data is the expected answer
     assert rate(literal, "noise") < 1.0  # ... and some noise catches a literal reader
     levels = {key.split("/")[1] for key in literal if key.startswith("noise/")}
     assert levels <= {"record", "value", "query"} and len(levels) >= 2
     assert sum(total for key, (_, total) in literal.items() if key.count("/") == 2) == literal["noise"][1]
+
+
+TARGETS = [
+    oracle_passes_every_task,
+    relaxing_answers_clean_tasks,
+    relaxing_falls_for_noise,
+    cautious_abstains_or_repairs_on_noise,
+    cautious_answers_clean_tasks,
+    literal_is_measured_per_level_and_subtype,
+]
+# Targets the synthetic release misses, each for a named reason (strict: the test fails once the target is met).
+MISSED_ON_SYNTHETIC = {
+    relaxing_falls_for_noise: "4 of the 37 noisy synthetic tasks (missing_record x3, orphan_reference) leave the "
+    "asked record empty, so the relaxing agent's literal NULL is a valid abstention: 4/37 > 10%",
+}
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        pytest.param(t, marks=[pytest.mark.xfail(strict=True, raises=AssertionError, reason=MISSED_ON_SYNTHETIC[t])])
+        if t in MISSED_ON_SYNTHETIC
+        else t
+        for t in TARGETS
+    ],
+    ids=lambda f: f.__name__,
+)
+def test_pass_rate_target_on_the_synthetic_release(rates, target):
+    target(rates)
+
+
+def test_pass_rate_targets_hold_on_the_demo_release(demo_release_dir: Path, demo_db: Path):
+    """Every target on the session's demo release (real records), the failing ones reported together."""
+    with Release.open(demo_release_dir, demo_db) as release:
+        rates = pass_rates(release)
+        assert_all_pass((target.__name__, functools.partial(target, rates)) for target in TARGETS)
 
 
 def test_llm_agent_plays_a_real_episode(release):

@@ -1,5 +1,6 @@
-"""Release builds on the real demo: files match the manifest, labels stay hidden, publishing is atomic and exact,
-and the path-passing stages (sharded, resumed, rerun) give the same release as one-process builds."""
+"""Release builds on the synthetic source: files match the manifest, labels stay hidden, publishing is atomic and
+exact, and the path-passing stages (sharded, resumed, rerun) give the same release as one-process builds. The
+release of the real demo (tests/conftest.py) is held to the same file, label and split checks in one test."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import json
 import os
 import shutil
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import pytest
+from aggregate import assert_all_pass
 
 from pipeline import stages
 from pipeline.build import BuildConfig
@@ -20,20 +23,20 @@ from pipeline.templates.registry import load_templates
 SUBTYPES = ["missing_record", "null_value", "implausible_value", "nonexistent_entity", "unknown_concept"]
 
 
-def _config(demo_db: Path, out: Path, **kw) -> BuildConfig:
-    return BuildConfig(db=demo_db, releases_dir=out, version="v1", per_template=1, seed=3, subtypes=SUBTYPES, **kw)
+def _config(synthetic_db: Path, out: Path, **kw) -> BuildConfig:
+    return BuildConfig(db=synthetic_db, releases_dir=out, version="v1", per_template=1, seed=3, subtypes=SUBTYPES, **kw)
 
 
 @pytest.fixture(scope="module")
-def release(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_build(_config(demo_db, tmp_path_factory.mktemp("releases")))
+def release(synthetic_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_build(_config(synthetic_db, tmp_path_factory.mktemp("releases")))
 
 
 def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_release_has_every_file_and_the_manifest_hashes_them(release: Path):
+def manifest_hashes_every_file(release: Path) -> None:
     manifest = json.loads((release / "manifest.json").read_text())
     files = {p.relative_to(release).as_posix() for p in release.rglob("*") if p.is_file()} - {"manifest.json"}
     assert (
@@ -56,7 +59,11 @@ def test_release_has_every_file_and_the_manifest_hashes_them(release: Path):
         assert hashlib.sha256((release / name).read_bytes()).hexdigest() == entry["sha256"], name
 
 
-def test_manifest_counts_match_the_files(release: Path):
+def test_release_has_every_file_and_the_manifest_hashes_them(release: Path):
+    manifest_hashes_every_file(release)
+
+
+def manifest_counts_match_the_files(release: Path) -> None:
     manifest, labels = json.loads((release / "manifest.json").read_text()), _jsonl(release / "labels.jsonl")
     noise = [lab for lab in labels if lab["condition"] == "noise"]
     counted: dict[str, Counter] = {}
@@ -67,10 +74,15 @@ def test_manifest_counts_match_the_files(release: Path):
     assert manifest["pairs"]["counts"] == {split: dict(c) for split, c in counted.items()}
     assert manifest["pairs"]["published"] == len(noise) == len(_jsonl(release / "patches" / "patches.jsonl"))
     assert len(_jsonl(release / "tasks.jsonl")) == 2 * len(noise)
-    assert set(manifest["subtypes"]) == set(SUBTYPES) and set(manifest["templates"]) == {t.id for t in load_templates()}
+    assert set(manifest["templates"]) == {t.id for t in load_templates()}
 
 
-def test_tasks_carry_nothing_from_labels(release: Path):
+def test_manifest_counts_match_the_files(release: Path):
+    manifest_counts_match_the_files(release)
+    assert set(json.loads((release / "manifest.json").read_text())["subtypes"]) == set(SUBTYPES)
+
+
+def tasks_carry_nothing_from_labels(release: Path) -> None:
     tasks, labels = _jsonl(release / "tasks.jsonl"), _jsonl(release / "labels.jsonl")
     assert all(set(t) == {"task_id", "question", "scope", "intent", "split", "answer_format"} for t in tasks)
     hidden = {lab["pair_id"] for lab in labels} | {lab["reference_sql"] for lab in labels}
@@ -84,14 +96,19 @@ def test_tasks_carry_nothing_from_labels(release: Path):
     assert order != ["clean", "noise"] * (len(order) // 2) and order != ["noise", "clean"] * (len(order) // 2)
 
 
-def test_every_label_evidence_query_returns_its_rows_and_large_evidence_is_not_inlined(release: Path, demo_db: Path):
+def test_tasks_carry_nothing_from_labels(release: Path):
+    tasks_carry_nothing_from_labels(release)
+
+
+def evidence_queries_return_their_rows(release: Path, db: Path) -> None:
+    """Every label's evidence_sql returns its evidence rows on the source; inline up to EVIDENCE_INLINE_MAX."""
     import duckdb
 
     from pipeline.release.records import EVIDENCE_INLINE_MAX
     from pipeline.templates.instantiate import _jsonable
 
     labels = _jsonl(release / "labels.jsonl")
-    with duckdb.connect(str(demo_db), read_only=True) as con:
+    with duckdb.connect(str(db), read_only=True) as con:
         for lab in labels:
             rows = con.sql(f"SELECT * FROM ({lab['evidence_sql']}) ORDER BY ALL").pl().to_dicts()
             assert len(rows) == lab["evidence_rows"] > 0, lab["task_id"]
@@ -99,10 +116,17 @@ def test_every_label_evidence_query_returns_its_rows_and_large_evidence_is_not_i
                 assert lab["evidence"] == [{k: _jsonable(v) for k, v in row.items()} for row in rows], lab["task_id"]
             else:
                 assert lab["evidence"] is None, lab["task_id"]
+
+
+def test_every_label_evidence_query_returns_its_rows_and_large_evidence_is_not_inlined(
+    release: Path, synthetic_db: Path
+):
+    evidence_queries_return_their_rows(release, synthetic_db)
+    labels = _jsonl(release / "labels.jsonl")
     assert {lab["evidence"] is None for lab in labels} == {True, False}  # both kinds are in this release
 
 
-def test_splits_are_patient_disjoint_and_test_is_balanced(release: Path):
+def splits_are_patient_disjoint_and_test_is_balanced(release: Path) -> None:
     labels = _jsonl(release / "labels.jsonl")
     splits_of: dict[int, set] = {}
     for lab in labels:
@@ -115,15 +139,19 @@ def test_splits_are_patient_disjoint_and_test_is_balanced(release: Path):
     assert len(cells) == 6 and len(set(cells.values())) == 1
 
 
-def test_an_existing_version_is_never_overwritten(release: Path, demo_db: Path):
+def test_splits_are_patient_disjoint_and_test_is_balanced(release: Path):
+    splits_are_patient_disjoint_and_test_is_balanced(release)
+
+
+def test_an_existing_version_is_never_overwritten(release: Path, synthetic_db: Path):
     before = {p: p.read_bytes() for p in release.rglob("*") if p.is_file()}
     with pytest.raises(FileExistsError, match="never overwritten"):
-        run_build(_config(demo_db, release.parent))
+        run_build(_config(synthetic_db, release.parent))
     assert {p: p.read_bytes() for p in release.rglob("*") if p.is_file()} == before
 
 
-def test_same_inputs_and_seed_give_byte_identical_files(release: Path, demo_db: Path, tmp_path: Path):
-    again = run_build(_config(demo_db, tmp_path))
+def test_same_inputs_and_seed_give_byte_identical_files(release: Path, synthetic_db: Path, tmp_path: Path):
+    again = run_build(_config(synthetic_db, tmp_path))
     for path in release.rglob("*"):
         if path.is_file():
             assert (again / path.relative_to(release)).read_bytes() == path.read_bytes(), path.name
@@ -134,12 +162,12 @@ def _visible(folder: Path) -> list[str]:
 
 
 def test_a_failed_build_publishes_nothing_and_a_rerun_resumes_from_its_stage_outputs(
-    demo_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    synthetic_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     def failing_gate(*_):
         raise RuntimeError("gate says no")
 
-    config = _config(demo_db, tmp_path, intents=["microbiology"])
+    config = _config(synthetic_db, tmp_path, intents=["microbiology"])
     with pytest.raises(RuntimeError, match="gate says no"):
         run_build(config, gate=failing_gate)
     assert _visible(tmp_path) == [] and sorted(os.listdir(stages.work_dir(config))) == [
@@ -167,8 +195,8 @@ def _file_states(root: Path) -> dict[str, tuple[str, int]]:
     }
 
 
-def test_intent_shards_merged_give_the_same_release_and_a_rerun_returns_it_untouched(release: Path, demo_db: Path):
-    config = _config(demo_db, release.parent)
+def test_intent_shards_merged_give_the_same_release_and_a_rerun_returns_it_untouched(release: Path, synthetic_db: Path):
+    config = _config(synthetic_db, release.parent)
     shards = stages.shard_names(config, template_shards=2)
     assert len(shards) > 6 and {s.split(".")[0] for s in shards} == set(config.intents)
     before = _file_states(release)
@@ -188,8 +216,10 @@ def _assembled_from(release: Path, folder: Path, **manifest_changes) -> Path:
     return folder
 
 
-def test_publish_returns_the_same_release_and_refuses_a_different_one(release: Path, demo_db: Path, tmp_path: Path):
-    config, before = _config(demo_db, release.parent), _file_states(release)
+def test_publish_returns_the_same_release_and_refuses_a_different_one(
+    release: Path, synthetic_db: Path, tmp_path: Path
+):
+    config, before = _config(synthetic_db, release.parent), _file_states(release)
     gates = tmp_path / "gates.json"
     gates.write_bytes((release / "gates.json").read_bytes())
     same = _assembled_from(release, tmp_path / "same")
@@ -203,9 +233,9 @@ def test_publish_returns_the_same_release_and_refuses_a_different_one(release: P
 
 
 def test_publish_retried_after_dying_between_rename_and_cleanup_returns_the_release(
-    release: Path, demo_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    release: Path, synthetic_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    config = _config(demo_db, tmp_path / "releases")
+    config = _config(synthetic_db, tmp_path / "releases")
     gates = tmp_path / "gates.json"
     gates.write_bytes((release / "gates.json").read_bytes())
     assembled, work = _assembled_from(release, tmp_path / "assembled"), stages.prepare(config)
@@ -225,19 +255,19 @@ def test_publish_retried_after_dying_between_rename_and_cleanup_returns_the_rele
     assert _visible(tmp_path / "releases") == ["v1"] and not work.exists()
 
 
-def test_shards_partition_the_selected_templates(demo_db: Path, tmp_path: Path):
-    config = _config(demo_db, tmp_path, intents=["laboratory", "vital_signs"], scopes=["patient"])
+def test_shards_partition_the_selected_templates(synthetic_db: Path, tmp_path: Path):
+    config = _config(synthetic_db, tmp_path, intents=["laboratory", "vital_signs"], scopes=["patient"])
     everything = [t.id for t in stages.shard_templates(config, stages.ALL)]
     parts = [t.id for shard in stages.shard_names(config, 3) for t in stages.shard_templates(config, shard)]
     assert sorted(parts) == sorted(everything) and len(parts) == len(set(parts)) > 0
     with pytest.raises(ValueError, match="selects no template"):
         stages.shard_templates(config, "microbiology")
     with pytest.raises(ValueError, match="unknown value"):
-        _config(demo_db, tmp_path, levels=["record", "noise"])
+        _config(synthetic_db, tmp_path, levels=["record", "noise"])
 
 
-def test_ablation_keeps_only_the_selected_noise(demo_db: Path, tmp_path: Path):
-    config = _config(demo_db, tmp_path, levels=["query", "value"], intents=["laboratory"])
+def test_ablation_keeps_only_the_selected_noise(synthetic_db: Path, tmp_path: Path):
+    config = _config(synthetic_db, tmp_path, levels=["query", "value"], intents=["laboratory"])
     config.subtypes = ["nonexistent_entity", "null_value"]
     labels = _jsonl(run_build(config) / "labels.jsonl")
     assert labels and {lab["subtype"] for lab in labels} <= {"nonexistent_entity", "null_value"}
@@ -259,8 +289,8 @@ def test_datasets_library_reads_the_release(release: Path, monkeypatch: pytest.M
     assert set(tasks["test"][0]["answer_format"]) == {"type", "unit", "ordered", "records"}
 
 
-def test_pairs_per_cell_caps_every_cell_and_is_recorded(demo_db: Path, tmp_path: Path):
-    config = _config(demo_db, tmp_path, intents=["microbiology", "laboratory"], pairs_per_cell=1)
+def test_pairs_per_cell_caps_every_cell_and_is_recorded(synthetic_db: Path, tmp_path: Path):
+    config = _config(synthetic_db, tmp_path, intents=["microbiology", "laboratory"], pairs_per_cell=1)
     release = run_build(config)
     manifest, labels = json.loads((release / "manifest.json").read_text()), _jsonl(release / "labels.jsonl")
     cells = Counter(
@@ -303,14 +333,14 @@ def test_labels_of_releases_published_before_evidence_sql_still_load(release: Pa
     assert LabelRecord.model_validate(label).evidence_rows == label["evidence_rows"]
 
 
-def test_source_connections_keep_duckdbs_own_progress_bar_off(demo_db: Path):
+def test_source_connections_keep_duckdbs_own_progress_bar_off(synthetic_db: Path):
     from pipeline.db import open_source, scalar
 
-    with open_source(demo_db) as con:
+    with open_source(synthetic_db) as con:
         assert scalar(con, "SELECT current_setting('enable_progress_bar')") is False
 
 
-def test_report_plots_and_tabulates_the_published_pairs(release: Path):
+def report_plots_and_tabulates_the_published_pairs(release: Path) -> None:
     import re
 
     manifest, labels = json.loads((release / "manifest.json").read_text()), _jsonl(release / "labels.jsonl")
@@ -326,7 +356,29 @@ def test_report_plots_and_tabulates_the_published_pairs(release: Path):
     assert rejected == sum(int(n) for n in re.findall(r"<td>[^<]+</td><td>[^<]+</td><td>(\d+)</td></tr>", table))
 
 
-def test_pair_workers_die_with_their_parent(demo_db: Path):
+def test_report_plots_and_tabulates_the_published_pairs(release: Path):
+    report_plots_and_tabulates_the_published_pairs(release)
+
+
+def test_the_demo_release_holds_to_the_same_checks(demo_release_dir: Path, demo_db: Path):
+    """The session's release of the real demo (every template and sub-type): files, counts, hidden labels, every
+    evidence query, disjoint and balanced splits and the report; every failing check named."""
+    assert_all_pass(
+        [
+            ("manifest hashes every file", partial(manifest_hashes_every_file, demo_release_dir)),
+            ("manifest counts match the files", partial(manifest_counts_match_the_files, demo_release_dir)),
+            ("tasks carry nothing from labels", partial(tasks_carry_nothing_from_labels, demo_release_dir)),
+            (
+                "evidence queries return their rows",
+                partial(evidence_queries_return_their_rows, demo_release_dir, demo_db),
+            ),
+            ("splits", partial(splits_are_patient_disjoint_and_test_is_balanced, demo_release_dir)),
+            ("report", partial(report_plots_and_tabulates_the_published_pairs, demo_release_dir)),
+        ]
+    )
+
+
+def test_pair_workers_die_with_their_parent(synthetic_db: Path):
     """A build killed by SIGKILL (Airflow, the OOM killer) must not leave its workers running on."""
     import subprocess
     import sys
@@ -341,7 +393,7 @@ import multiprocessing, os, time
 from concurrent.futures import ProcessPoolExecutor
 from pipeline.release.pairs import _start_worker
 pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
-                           initargs=({str(demo_db)!r}, {{}}, {{}}, 0))
+                           initargs=({str(synthetic_db)!r}, {{}}, {{}}, 0))
 print(pool.submit(os.getpid).result(), flush=True)
 time.sleep(600)
 """,

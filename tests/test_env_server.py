@@ -15,9 +15,9 @@ from pipeline.env.server import create_app
 
 
 @pytest.fixture(scope="module")
-def release(demo_small_release_dir: Path, demo_db: Path):
-    """The session's small demo release (tests/conftest.py), opened for this module."""
-    with Release.open(demo_small_release_dir, demo_db) as opened:
+def release(synthetic_small_release_dir: Path, synthetic_db: Path):
+    """The session's small synthetic release (tests/conftest.py), opened for this module."""
+    with Release.open(synthetic_small_release_dir, synthetic_db) as opened:
         yield opened
 
 

@@ -1,4 +1,5 @@
-"""Episodes over a small demo release: the contract, the four tools (result and error path), overlays, trajectories."""
+"""Episodes over the session's small synthetic release: the contract, the four tools (result and error path),
+overlays, trajectories. Expected counts are read from the source with plain DuckDB."""
 
 from __future__ import annotations
 
@@ -21,16 +22,28 @@ needs_landlock = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def release_dir(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from pipeline.env.testing import build_small_release
-
-    return build_small_release(demo_db, tmp_path_factory.mktemp("releases"))
+def release_dir(synthetic_small_release_dir: Path) -> Path:
+    return synthetic_small_release_dir
 
 
 @pytest.fixture(scope="module")
-def release(release_dir: Path, demo_db: Path):
-    with Release.open(release_dir, demo_db) as opened:
+def db(synthetic_db: Path) -> Path:
+    return synthetic_db
+
+
+@pytest.fixture(scope="module")
+def release(release_dir: Path, db: Path):
+    with Release.open(release_dir, db) as opened:
         yield opened
+
+
+def _count(release: Release, table: str) -> int:
+    """The table's rows in the clean source, by plain DuckDB (not through an episode)."""
+    raw = release.source_cursor()
+    try:
+        return raw.execute(f"SELECT count(*) FROM main.{table}").fetchall()[0][0]
+    finally:
+        raw.close()
 
 
 def _pairs(release: Release) -> list[tuple[str, str]]:
@@ -123,7 +136,7 @@ def test_sql_tool_returns_rows_and_refuses_a_write(release: Release):
     with release.episode(release.tasks()[0].task_id) as ep:
         ok = ep.call("sql", {"query": "SELECT count(*) AS n FROM patients"})
         bad = ep.call("sql", {"query": "DELETE FROM patients"})
-    assert ok.ok and ok.columns == ["n"] and ok.rows == [[100]] and "(1 rows)" in ok.content
+    assert ok.ok and ok.columns == ["n"] and ok.rows == [[_count(release, "patients")]] and "(1 rows)" in ok.content
     assert not bad.ok and bad.content.startswith("Error: only read queries")
 
 
@@ -133,7 +146,7 @@ def test_python_tool_reaches_the_data_through_the_gateway_only(release: Release)
         ok = ep.call("python", {"code": "df = sql('SELECT count(*) AS n FROM admissions')\nprint(df['n'][0])"})
         bad = ep.call("python", {"code": "print(open('/etc/hostname').read())"})
         trajectory = ep.trajectory("probe")
-    assert ok.ok and ok.content.strip() == "275"
+    assert ok.ok and ok.content.strip() == str(_count(release, "admissions"))
     assert not bad.ok and "PermissionError" in bad.content
     assert [(q.via, q.ok, q.row_count) for q in trajectory.calls[0].queries] == [("python", True, 1)]
 
@@ -171,23 +184,26 @@ def test_null_answer_means_abstain_and_turns_run_out_as_truncation(release: Rele
         assert ep.trajectory("a").calls[0].result.content.startswith("Error: unknown tool")
 
 
-def test_release_open_refuses_a_modified_file_and_a_different_source(release_dir: Path, demo_db: Path, tmp_path: Path):
+def test_release_open_refuses_a_modified_file_and_a_different_source(
+    release: Release, release_dir: Path, db: Path, tmp_path: Path
+):
+    labevents = _count(release, "labevents")
     copy = shutil.copytree(release_dir, tmp_path / "copy")
     (copy / "tasks.jsonl").write_text((copy / "tasks.jsonl").read_text() + "\n")
     with pytest.raises(ReleaseError, match="tasks.jsonl: sha256 differs"):
-        Release.open(copy, demo_db)
+        Release.open(copy, db)
     shutil.copy(release_dir / "tasks.jsonl", copy / "tasks.jsonl")
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["source"]["rows"]["labevents"] += 1
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ReleaseError, match="table labevents has 107727 rows"):
-        Release.open(copy, demo_db, check_fingerprint=False)
+    with pytest.raises(ReleaseError, match=f"table labevents has {labevents} rows"):
+        Release.open(copy, db, check_fingerprint=False)
 
 
-def test_release_open_names_a_conflicting_configuration(release: Release, release_dir: Path, demo_db: Path):
+def test_release_open_names_a_conflicting_configuration(release: Release, release_dir: Path, db: Path):
     # DuckDB shares one instance per file in a process: other limits cannot apply; the error says what to do
     with pytest.raises(ReleaseError, match="already open in this process.*source_cursor"):
-        Release.open(release_dir, demo_db, limits=Limits(memory_limit="123MB"))
+        Release.open(release_dir, db, limits=Limits(memory_limit="123MB"))
     with release.episode(release.tasks()[0].task_id) as ep:  # the open release still serves
         assert ep.call("sql", {"query": "SELECT 1 AS one"}).ok
 

@@ -1,4 +1,5 @@
-"""`ehrgym eval` end to end on a small demo release: outputs, numbers consistent with the verdicts, determinism, errors."""
+"""`ehrgym eval` end to end on a small synthetic release: outputs, numbers consistent with the verdicts, determinism,
+errors (the baseline agents on the real demo: tests/test_agents.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import typer
 from typer.testing import CliRunner
 
 from pipeline.build import BuildConfig
+from pipeline.env.testing import _NoGate
 from pipeline.evaluate.cli import eval_command
 from pipeline.evaluate.evaluation import evaluate
 from pipeline.evaluate.runner import EvalConfig
@@ -32,9 +34,14 @@ K = 2
 
 
 @pytest.fixture(scope="module")
-def release_dir(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def db(synthetic_db: Path) -> Path:
+    return synthetic_db
+
+
+@pytest.fixture(scope="module")
+def release_dir(db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     config = BuildConfig(
-        db=demo_db,
+        db=db,
         releases_dir=tmp_path_factory.mktemp("releases"),
         version="eval-test",
         per_template=2,
@@ -43,14 +50,14 @@ def release_dir(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
         subtypes=SUBTYPES,
         test_size=6,
     )
-    return run_build(config)
+    return run_build(config, gate=_NoGate)  # the pair gate is not under test here (tests/test_build.py runs it)
 
 
 @pytest.fixture(scope="module")
-def release(release_dir: Path, demo_db: Path):
+def release(release_dir: Path, db: Path):
     from pipeline.env.release import Release
 
-    opened = Release.open(release_dir, demo_db)
+    opened = Release.open(release_dir, db)
     yield opened
     opened.close()  # an open release keeps the source file's locked DuckDB instance alive for later modules
 
@@ -60,9 +67,9 @@ def config_for(release_dir: Path, db: Path, **kw) -> EvalConfig:
 
 
 @pytest.fixture(scope="module")
-def run(release, release_dir: Path, demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run(release, release_dir: Path, db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("eval") / "run"
-    evaluate(release, config_for(release_dir, demo_db), out)
+    evaluate(release, config_for(release_dir, db), out)
     return out
 
 
@@ -164,9 +171,9 @@ def _without_seconds(path: Path) -> list[dict]:
     return rows
 
 
-def test_rerun_with_a_worker_pool_is_identical(run: Path, release, release_dir: Path, demo_db: Path, tmp_path: Path):
+def test_rerun_with_a_worker_pool_is_identical(run: Path, release, release_dir: Path, db: Path, tmp_path: Path):
     again = tmp_path / "again"
-    evaluate(release, config_for(release_dir, demo_db, workers=2), again)
+    evaluate(release, config_for(release_dir, db, workers=2), again)
     for name in ("metrics.json", "report.html", "verdicts/oracle.jsonl", "verdicts/literal.jsonl"):
         assert (again / name).read_bytes() == (run / name).read_bytes(), name
     for agent in AGENTS:
@@ -175,26 +182,26 @@ def test_rerun_with_a_worker_pool_is_identical(run: Path, release, release_dir: 
         )
 
 
-def test_split_and_out_rules(run: Path, release, release_dir: Path, demo_db: Path, tmp_path: Path):
+def test_split_and_out_rules(run: Path, release, release_dir: Path, db: Path, tmp_path: Path):
     out = tmp_path / "test-split"
-    metrics = evaluate(release, config_for(release_dir, demo_db, agents=["oracle"], k=1, split="test"), out)
+    metrics = evaluate(release, config_for(release_dir, db, agents=["oracle"], k=1, split="test"), out)
     assert metrics["run"]["tasks"] == len(release.tasks("test")) < len(release.tasks())
     assert {v["split"] for v in jsonl(out / "verdicts" / "oracle.jsonl")} == {"test"}
     with pytest.raises(FileExistsError, match="not empty; pass --overwrite"):
-        evaluate(release, config_for(release_dir, demo_db, agents=["oracle"], k=1, split="test"), out)
-    evaluate(release, config_for(release_dir, demo_db, agents=["literal"], k=1, split="test"), out, overwrite=True)
+        evaluate(release, config_for(release_dir, db, agents=["oracle"], k=1, split="test"), out)
+    evaluate(release, config_for(release_dir, db, agents=["literal"], k=1, split="test"), out, overwrite=True)
     assert sorted(p.name for p in (out / "verdicts").iterdir()) == ["literal.jsonl"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary or set-aside folder left
     with pytest.raises(ValueError, match="no split 'dev'"):
-        evaluate(release, config_for(release_dir, demo_db, split="dev"), tmp_path / "dev")
+        evaluate(release, config_for(release_dir, db, split="dev"), tmp_path / "dev")
     assert not (tmp_path / "dev").exists()
 
 
 @pytest.fixture(scope="module")
-def db_copy(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo under another path: the CLI opens its own Release while the module's stays open."""
-    copy = tmp_path_factory.mktemp("dbcopy") / "demo.duckdb"
-    shutil.copy(demo_db, copy)
+def db_copy(db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The source under another path: the CLI opens its own Release while the module's stays open."""
+    copy = tmp_path_factory.mktemp("dbcopy") / "source.duckdb"
+    shutil.copy(db, copy)
     return copy
 
 
@@ -230,24 +237,24 @@ def test_cli_runs_and_prints_the_summary(cli, release_dir: Path, db_copy: Path, 
     assert no_split.exit_code == 2 and "no split 'dev'" in no_split.output and not (tmp_path / "dev").exists()
 
 
-def test_cli_errors(cli, release_dir: Path, demo_db: Path, tmp_path: Path):
+def test_cli_errors(cli, release_dir: Path, db: Path, tmp_path: Path):
     common = ("--k", 1, "--out", tmp_path / "o")
-    unknown = cli("--release", release_dir, "--db", demo_db, "--agent", "oracle,wizard", *common)
+    unknown = cli("--release", release_dir, "--db", db, "--agent", "oracle,wizard", *common)
     assert unknown.exit_code == 2 and "unknown agent(s) wizard" in unknown.output and "oracle" in unknown.output
-    missing = cli("--release", tmp_path / "nowhere", "--db", demo_db, "--agent", "oracle", *common)
+    missing = cli("--release", tmp_path / "nowhere", "--db", db, "--agent", "oracle", *common)
     assert missing.exit_code == 2 and "not a release folder" in missing.output
     no_db = cli("--release", release_dir, "--db", tmp_path / "none.duckdb", "--agent", "oracle", *common)
     assert no_db.exit_code == 2 and "no such source database" in no_db.output
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("keep me")
-    busy = cli("--release", release_dir, "--db", demo_db, "--agent", "oracle", "--out", tmp_path / "full")
+    busy = cli("--release", release_dir, "--db", db, "--agent", "oracle", "--out", tmp_path / "full")
     assert busy.exit_code == 2 and "--overwrite" in busy.output and (tmp_path / "full" / "x").read_text() == "keep me"
     assert not (tmp_path / "o").exists()
 
 
-def test_cli_refuses_a_source_with_another_fingerprint(cli, release_dir: Path, demo_db: Path, tmp_path: Path):
+def test_cli_refuses_a_source_with_another_fingerprint(cli, release_dir: Path, db: Path, tmp_path: Path):
     other = tmp_path / "other.duckdb"
-    shutil.copy(demo_db, other)
+    shutil.copy(db, other)
     with duckdb.connect(str(other)) as con:
         con.execute("DELETE FROM labevents WHERE labevent_id = (SELECT min(labevent_id) FROM labevents)")
     refused = cli("--release", release_dir, "--db", other, "--agent", "oracle", "--k", 1, "--out", tmp_path / "o")
@@ -287,12 +294,12 @@ def test_agent_options_parse_json_values_and_name_the_agent():
         parse_options(["model=x"], ["llm"])
 
 
-def test_cli_names_a_bad_agent_option(cli, release_dir: Path, demo_db: Path, tmp_path: Path):
+def test_cli_names_a_bad_agent_option(cli, release_dir: Path, db: Path, tmp_path: Path):
     bad = cli(
         "--release",
         release_dir,
         "--db",
-        demo_db,
+        db,
         "--agent",
         "oracle",
         "--out",

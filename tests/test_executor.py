@@ -92,15 +92,14 @@ def test_no_child_outlives_the_executor(synthetic_1000, functions):
     assert not _alive(pid)
 
 
-@pytest.mark.realdata
 def test_the_server_survives_a_crashing_query(
-    demo_small_release_dir: Path, demo_db: Path, monkeypatch: pytest.MonkeyPatch
+    synthetic_small_release_dir: Path, synthetic_db: Path, monkeypatch: pytest.MonkeyPatch
 ):
     from pipeline.env.release import Release
     from pipeline.env.server import create_app
 
     monkeypatch.setattr(gateway_module, "admit_cached", lambda sql, tables, functions: sql)  # let it through
-    with Release.open(demo_small_release_dir, demo_db, isolate=True) as release:
+    with Release.open(synthetic_small_release_dir, synthetic_db, isolate=True) as release:
         client = TestClient(create_app(release))
         task_id = release.tasks()[0].task_id
         episode = client.post("/episodes", json={"task_id": task_id}).json()["episode_id"]

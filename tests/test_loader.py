@@ -1,4 +1,5 @@
-"""The MIMIC-IV loader: the real demo loads exactly; every kind of bad input is refused by name."""
+"""The MIMIC-IV loader: the real demo and a synthetic source written out in the PhysioNet layout load exactly;
+every kind of bad input is refused by name."""
 
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ def test_demo_columns_are_typed_by_the_schema(demo_db: Path):
     con = duckdb.connect(str(demo_db), read_only=True)
     for table in load_schema().values():
         actual = con.execute(
-            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
+            "ORDER BY ordinal_position",
             [table.name],
         ).fetchall()
         assert actual == [(c.name, c.duckdb_type.replace("REAL", "FLOAT")) for c in table.columns], table.name
@@ -89,6 +91,66 @@ def test_demo_without_chartevents_names_the_missing_table(demo_dir: Path, tmp_pa
     with pytest.raises(LoadError, match=r"missing: chartevents .*--allow-missing"):
         load_mimic(demo_dir, tmp_path / "x.duckdb")
     assert list(tmp_path.iterdir()) == []
+
+
+PLAIN_CSV_ROWS = 100_000  # the synthetic folder's larger tables are plain CSV (as after a gunzip), the others gzip
+
+
+@pytest.fixture(scope="module")
+def synthetic_folder(synthetic_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """synthetic_db written out in the PhysioNet layout (hosp/ and icu/, one CSV with a header per table)."""
+    root = tmp_path_factory.mktemp("synthetic-mimic")
+    with duckdb.connect(str(synthetic_db), read_only=True) as con:
+        con.execute("SET enable_progress_bar = false")
+        for table in load_schema().values():
+            rows = con.execute(f"SELECT count(*) FROM {table.name}").fetchone()[0]
+            gz = rows < PLAIN_CSV_ROWS
+            path = root / f"{table.relative_path}.csv{'.gz' if gz else ''}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            options = "HEADER, COMPRESSION gzip" if gz else "HEADER"
+            con.execute(f"COPY (SELECT * FROM {table.name}) TO '{path}' ({options})")
+    return root
+
+
+def _contents(db: Path) -> dict[str, tuple[int, int]]:
+    """Per table: rows and an order-independent hash of the whole rows."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        return {
+            t: con.execute(f"SELECT count(*), sum(hash(r)::HUGEINT) FROM (SELECT * FROM {t}) r").fetchone()
+            for t in TABLE_NAMES
+        }
+
+
+def test_a_synthetic_source_in_the_physionet_layout_loads_back_exactly(
+    synthetic_folder: Path, synthetic_db: Path, tmp_path: Path
+):
+    assert {p.name.endswith(".gz") for p in synthetic_folder.rglob("*.csv*")} == {True, False}  # both kinds
+    report = load_mimic(synthetic_folder, tmp_path / "loaded.duckdb")
+    assert report.missing == [] and set(report.rows) == set(TABLE_NAMES)
+    loaded, source = _contents(tmp_path / "loaded.duckdb"), _contents(synthetic_db)
+    assert {t: n for t, (n, _) in loaded.items()} == report.rows
+    assert [t for t in TABLE_NAMES if loaded[t] != source[t]] == []
+    con = duckdb.connect(str(tmp_path / "loaded.duckdb"), read_only=True)
+    for table in load_schema().values():
+        actual = con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
+            "ORDER BY ordinal_position",
+            [table.name],
+        ).fetchall()
+        assert actual == [(c.name, c.duckdb_type.replace("REAL", "FLOAT")) for c in table.columns], table.name
+
+
+def test_a_synthetic_folder_without_chartevents_names_the_missing_table(synthetic_folder: Path, tmp_path: Path):
+    folder = tmp_path / "mimic"
+    for path in synthetic_folder.rglob("*.csv*"):
+        if not path.name.startswith("chartevents."):
+            link = folder / path.relative_to(synthetic_folder)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(path)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(LoadError, match=r"missing: chartevents .*--allow-missing"):
+        load_mimic(folder, tmp_path / "out" / "x.duckdb")
+    assert list((tmp_path / "out").iterdir()) == []
 
 
 def test_allow_missing_creates_the_absent_table_empty(tmp_path: Path):

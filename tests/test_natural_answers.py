@@ -51,6 +51,10 @@ def _check(db: Path) -> dict[str, list[str]]:
     return failures
 
 
+def test_natural_answers_pass_on_the_synthetic_source(synthetic_db: Path):
+    assert _check(synthetic_db) == {}
+
+
 @pytest.mark.slow
 def test_natural_answers_pass_on_the_synthetic_default(synthetic_1000: Path):
     assert _check(synthetic_1000) == {}

@@ -11,7 +11,8 @@ from pipeline.noise.base import Rejected, subtypes
 from pipeline.noise.measurements import item_span, measurement_tables
 from pipeline.noise.overlay import overlay
 from pipeline.noise.patch import Patch, TablePatch
-from pipeline.noise.rules import confusable_units, placeholders
+from pipeline.noise.rules import placeholders
+from pipeline.noise.subtypes.unit_mismatch import re_expressed_units
 from pipeline.noise.verify import verify_pair
 from pipeline.templates.answers import canonical_answer
 from pipeline.templates.instantiate import instantiate, typed_slots
@@ -69,10 +70,22 @@ def assert_repaired(source, pair, table: str, removed: list[dict]):
     )
 
 
-def test_unit_mismatch(source, pair_of):  # patient scope (a converted quantity): tests/test_unit_mismatch.py
-    population = pair_of("unit_mismatch", "lab_median_value_population")
-    assert {r["valueuom"] for r in added_rows(population)} <= set(confusable_units().values())
-    assert_repaired(source, population, "labevents", population.patch.tables["labevents"].hide)
+def test_unit_mismatch_population_re_expresses_one_subjects_rows(source):  # patient scope: test_unit_mismatch.py
+    template, tables = TEMPLATES["lab_median_value_population"], Tables(source)
+    tasks, _ = instantiate(source, [template], per_template=6, seed=7)
+    verified, reasons = [], []
+    for task in tasks:
+        try:
+            verified.append(verify_pair(source, tables, task, template, SUBTYPES["unit_mismatch"], seed=0))
+        except Rejected as exc:
+            reasons.append(exc.reason)
+    assert verified, f"no verified unit_mismatch pair of lab_median_value_population ({reasons})"
+    population = verified[0]
+    added = added_rows(population)
+    assert added and len({r["subject_id"] for r in added}) == 1
+    assert {r["valueuom"] for r in added} <= set(re_expressed_units().values())  # another unit of the dimension
+    assert population.contract == "repair" and population.expected == population.clean.answer  # converted back
+    assert population.trap  # the converted numbers read in the usual unit give another median
 
 
 def test_placeholder_value(source, pair_of):
@@ -102,7 +115,8 @@ def test_conflicting_duplicate(source, pair_of):
     assert scalar(source, "SELECT count(*) FROM labevents WHERE labevent_id = ?", [copy["labevent_id"]]) == 0
     with overlay(source, pair.patch):
         values = source.sql(
-            "SELECT DISTINCT l.valuenum FROM labevents l JOIN labevents o USING (subject_id, specimen_id, itemid, charttime) "
+            "SELECT DISTINCT l.valuenum FROM labevents l "
+            "JOIN labevents o USING (subject_id, specimen_id, itemid, charttime) "
             f"WHERE o.labevent_id = {original['labevent_id']}"
         ).fetchall()
     assert len(values) == 2  # the same measurement, two different values
@@ -136,7 +150,7 @@ def test_unit_mismatch_rejects_an_item_without_unit_rule(source):
         f"""
         SELECT min(labevent_id) FROM labevents WHERE valuenum IS NOT NULL AND itemid IN (
           SELECT itemid FROM labevents WHERE valueuom IS NOT NULL GROUP BY itemid
-          HAVING mode(valueuom) NOT IN ({", ".join(repr(u) for u in confusable_units())}))""",
+          HAVING mode(valueuom) NOT IN ({", ".join(repr(u) for u in re_expressed_units())}))""",
     )
     broken = task.model_copy(update={"evidence": [{"table_name": "labevents", "labevent_id": ruleless}]})
     with pytest.raises(Rejected, match="no_convertible_unit"):  # patient scope: no same-dimension unit either
@@ -144,18 +158,24 @@ def test_unit_mismatch_rejects_an_item_without_unit_rule(source):
 
 
 def test_an_orders_conflict_is_in_its_pharmacy_row_too(source, pair_of):
+    """The order's second stop time is in every row of it: its pharmacy row and its other prescription rows (a
+    diluent beside the drug) get the same conflicting copy."""
     pair = pair_of("conflicting_duplicate", "prescription_duration_hours")
-    (copy,) = pair.patch.tables["prescriptions"].add
+    copies = pair.patch.tables["prescriptions"].add
     (pharmacy_copy,) = pair.patch.tables["pharmacy"].add  # the order's own row, copied with the other stop time
-    assert pharmacy_copy["pharmacy_id"] == copy["pharmacy_id"] and not pair.patch.tables["pharmacy"].hide
-    ((stop,),) = source.sql(f"SELECT stoptime FROM pharmacy WHERE pharmacy_id = {copy['pharmacy_id']}").fetchall()
-    order_stop = scalar(
-        source,
-        "SELECT stoptime FROM prescriptions WHERE pharmacy_id = ? AND drug = ? AND drug_type = ?",
-        [copy["pharmacy_id"], copy["drug"], copy["drug_type"]],
-    )
-    assert copy["stoptime"] != order_stop  # the order's second row stops at another time
-    assert pharmacy_copy["stoptime"] - stop == copy["stoptime"] - order_stop  # and so does its pharmacy row's copy
+    assert {c["pharmacy_id"] for c in copies} == {pharmacy_copy["pharmacy_id"]}
+    assert not pair.patch.tables["pharmacy"].hide and not pair.patch.tables["prescriptions"].hide
+    ((stop,),) = source.sql(
+        f"SELECT stoptime FROM pharmacy WHERE pharmacy_id = {pharmacy_copy['pharmacy_id']}"
+    ).fetchall()
+    for copy in copies:
+        order_stop = scalar(
+            source,
+            "SELECT stoptime FROM prescriptions WHERE pharmacy_id = ? AND drug = ? AND drug_type = ?",
+            [copy["pharmacy_id"], copy["drug"], copy["drug_type"]],
+        )
+        assert copy["stoptime"] != order_stop  # each row of the order has a second stop time
+        assert pharmacy_copy["stoptime"] - stop == copy["stoptime"] - order_stop  # shifted alike
     assert pair.expected is None or pair.expected.value is None  # nothing in the record settles which stop is right
 
 

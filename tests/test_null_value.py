@@ -43,7 +43,10 @@ def test_a_nulled_interpretation_keeps_no_mic(source):
 
 def test_a_nulled_lab_number_keeps_no_text_and_a_nulled_unit_no_transfer(source):
     for pair in _pairs(source, "lab_last_value_in_admission"):
-        assert all(r["valuenum"] is None and r["value"] is None for r in pair.patch.tables["labevents"].add)
+        assert all(
+            r["valuenum"] is None and r["value"] is None and r["flag"] is None  # no 'abnormal' left to read
+            for r in pair.patch.tables["labevents"].add
+        )
     for pair in _pairs(source, "icu_stay_first_careunit"):
         (stay,) = pair.patch.tables["icustays"].add
         with overlay(source, pair.patch):
@@ -63,8 +66,8 @@ def test_a_billed_procedure_charted_in_the_icu_keeps_its_date(source):
     for task in instantiate(source, [template], per_template=12, seed=3)[0]:
         charted = (
             source.execute(
-                "SELECT count(*) FROM procedures_icd p JOIN d_icd_procedures d USING (icd_code, icd_version) JOIN procedureevents e "
-                "USING (hadm_id) WHERE p.hadm_id = ? AND lower(trim(d.long_title)) = lower(trim(?)) "
+                "SELECT count(*) FROM procedures_icd p JOIN d_icd_procedures d USING (icd_code, icd_version) "
+                "JOIN procedureevents e USING (hadm_id) WHERE p.hadm_id = ? AND lower(trim(d.long_title)) = lower(trim(?)) "
                 "AND abs(date_diff('day', e.starttime::DATE, p.chartdate)) <= 1",
                 [task.slots["hadm_id"], task.slots["procedure_title"]],
             ).fetchall()[0][0]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
+from aggregate import assert_all_pass
 
 from pipeline.agents import get_agent
 from pipeline.agents.base import Agent, AgentContext, context_for, read_context
@@ -25,13 +27,12 @@ PATCHED_SUBTYPES = {"nonexistent_entity", "false_premise", "unknown_concept", "o
 
 
 @pytest.fixture(scope="module")
-def release(demo_release_dir: Path, demo_db: Path):
-    """The session's demo release (tests/conftest.py: every template, pair gate skipped), opened for this module."""
+def release(synthetic_release_dir: Path, synthetic_db: Path):
+    """The session's synthetic release (tests/conftest.py: every template, pair gate skipped), opened here."""
     from pipeline.env.release import Release
 
-    opened = Release.open(demo_release_dir, demo_db)
-    yield opened
-    opened.close()
+    with Release.open(synthetic_release_dir, synthetic_db) as opened:
+        yield opened
 
 
 def test_every_phrasing_of_every_template_reads_back():
@@ -84,16 +85,29 @@ def test_a_phrasing_that_leaves_a_slot_out_is_refused_naming_its_file():
         Reader([template.model_copy(update={"spec": spec})], "test")
 
 
+def reads_back_to_its_label(release, task) -> None:
+    label = release.label(task.task_id)
+    reading = reader_for(release).read(task.question)  # raises on no reading and on an ambiguous one
+    template = release.template(label)
+    assert (reading.template.id, reading.template.spec.version) == (label.template_id, label.template_version)
+    assert typed_slots(template, reading.slots) == typed_slots(template, label.slots), task.task_id
+
+
 def test_every_release_task_reads_back_to_its_label(release):
-    seen = set()
     for task in release.tasks():
-        label = release.label(task.task_id)
-        reading = reader_for(release).read(task.question)  # raises on no reading and on an ambiguous one
-        template = release.template(label)
-        assert (reading.template.id, reading.template.spec.version) == (label.template_id, label.template_version)
-        assert typed_slots(template, reading.slots) == typed_slots(template, label.slots), task.task_id
-        seen.add(label.subtype)
+        reads_back_to_its_label(release, task)
+    seen = {release.label(t.task_id).subtype for t in release.tasks()}
     assert seen & PATCHED_SUBTYPES, "the release has no question-level noise to read back"  # each: test_reading_noisy
+
+
+def test_every_demo_release_task_reads_back_to_its_label(demo_release_dir: Path, demo_db: Path):
+    """The same on the session's demo release (questions with real names), every task that does not named."""
+    from pipeline.env.release import Release
+
+    with Release.open(demo_release_dir, demo_db) as demo:
+        tasks = demo.tasks()
+        assert_all_pass((t.task_id, functools.partial(reads_back_to_its_label, demo, t)) for t in tasks)
+        assert {demo.label(t.task_id).subtype for t in tasks} & PATCHED_SUBTYPES
 
 
 def test_an_edited_question_reads_the_edited_value(release):

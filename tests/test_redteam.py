@@ -1,5 +1,6 @@
 """Red-team suite: hostile SQL and Python (tests/fixtures/redteam/*.yaml) fail safely in a noisy episode,
-reveal nothing forbidden, and the episode keeps working after each attack."""
+reveal nothing forbidden, and the episode keeps working after each attack. The attacks are on the sandbox and the
+gateway, not on the records: they run on the session's small synthetic release."""
 
 from __future__ import annotations
 
@@ -26,12 +27,12 @@ WRITTEN = [
 
 
 @pytest.fixture(scope="module")
-def target(demo_small_release_dir: Path, demo_db: Path):
-    """A noisy episode (of the session's small demo release) whose patch hides a source row, with what an attack
-    must never see."""
+def target(synthetic_small_release_dir: Path, synthetic_db: Path):
+    """A noisy episode (of the session's small synthetic release) whose patch hides a source row, with what an
+    attack must never see."""
     os.environ["EHRGYM_REDTEAM_SECRET"] = SECRET  # the parent's secret: must never reach the sandbox
-    root = demo_small_release_dir
-    release = Release.open(root, demo_db)
+    root, db = synthetic_small_release_dir, synthetic_db
+    release = Release.open(root, db)
     task_id, table, key = next(
         (tid, name, tp.hide[0])
         for tid, patch in sorted(release._patches.items())
@@ -44,13 +45,15 @@ def target(demo_small_release_dir: Path, demo_db: Path):
     clean_rows = [[plain(v) for v in row] for row in clean]
     assert clean_rows, "the hidden key must name a source row, or the hidden-row checks would prove nothing"
     catalog = raw.execute("SELECT current_database()").fetchall()[0][0]
+    patients = raw.execute("SELECT count(*) FROM main.patients").fetchall()[0][0]
     raw.close()
+    assert patients > 0
     episode = release.episode(task_id, max_turns=10_000)
     episode.sandbox_limits = SandboxLimits(cpu_seconds=3, wall_seconds=6.0, memory_bytes=1 << 30)
     before = episode.call("sql", {"query": f"SELECT count(*) FROM {table} WHERE {where}"}).rows
     values = {
         "{release_dir}": str(root),
-        "{db}": str(demo_db),
+        "{db}": str(db),
         "{catalog}": catalog,
         "{table}": table,
         "{hidden_where}": where,
@@ -66,6 +69,7 @@ def target(demo_small_release_dir: Path, demo_db: Path):
         "where": where,
         "release": release,
         "task_id": task_id,
+        "patients": patients,
     }
     episode.close()
     release.close()
@@ -105,7 +109,7 @@ def _assert_safe(target, attack: dict, sent: str, result) -> None:
 def _assert_still_works(target) -> None:
     episode, table, where = target["episode"], target["table"], target["where"]
     assert not episode.done
-    assert episode.call("sql", {"query": "SELECT count(*) AS n FROM patients"}).rows == [[100]]
+    assert episode.call("sql", {"query": "SELECT count(*) AS n FROM patients"}).rows == [[target["patients"]]]
     assert episode.call("sql", {"query": f"SELECT count(*) FROM {table} WHERE {where}"}).rows == target["before"]
 
 
@@ -192,7 +196,7 @@ def test_landlock_alone_keeps_the_release_and_the_db_out(target):
 @pytest.mark.skipif(not landlock_available(), reason="this kernel offers no Landlock: the Python tool refuses to run")
 def test_python_still_works_after_the_attacks(target):
     result = target["episode"].call("python", {"code": "print(sql('SELECT count(*) AS n FROM patients')['n'][0])"})
-    assert result.ok and result.content.strip() == "100"
+    assert result.ok and result.content.strip() == str(target["patients"])
 
 
 def test_the_hardened_gateway_still_admits_every_reference_and_gold_program(target):

@@ -25,7 +25,7 @@ from pipeline.templates.registry import CHECKOUT_TEMPLATES, ROOT_ENV
 from pipeline.train.reward import release_reward
 
 SUBTYPES = ["missing_record", "null_value", "unit_mismatch", "nonexistent_entity", "unknown_concept"]
-SOURCES = {"synthetic": ["laboratory", "encounter"], "demo": ["laboratory"]}  # intents built per source
+INTENTS = ["laboratory", "encounter"]
 
 
 class PassedGate:
@@ -35,19 +35,10 @@ class PassedGate:
         return {"success": True}
 
 
-@pytest.fixture(
-    scope="module",
-    params=[pytest.param(name, marks=[pytest.mark.realdata] if name == "demo" else []) for name in sorted(SOURCES)],
-)
-def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(release folder, source database): a small release on a 200-patient synthetic DB; on the demo when present."""
-    if request.param == "demo":
-        db = request.getfixturevalue("demo_db")
-    else:
-        from pipeline.source.synthetic import generate_synthetic
-
-        db = tmp_path_factory.mktemp("source") / "s200.duckdb"
-        generate_synthetic(db, 200, seed=0)
+@pytest.fixture(scope="module")
+def built(synthetic_db: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(release folder, source database): a small release on the session's synthetic source."""
+    db = synthetic_db
     config = BuildConfig(
         db=db,
         releases_dir=tmp_path_factory.mktemp("releases"),
@@ -55,7 +46,7 @@ def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         per_template=1,
         seed=0,
         subtypes=SUBTYPES,
-        intents=SOURCES[request.param],
+        intents=INTENTS,
     )
     return run_build(config, gate=lambda *_: PassedGate()), db
 
@@ -88,8 +79,7 @@ def registry_restored():
     verifier._templates.cache_clear()
 
 
-def test_release_carries_its_templates_rules_and_unit_tables_hashed(built):
-    release, _ = built
+def carries_its_templates_rules_and_unit_tables_hashed(release: Path) -> None:
     manifest, labels = json.loads((release / "manifest.json").read_text()), _labels(release)
     used = {lab.template_id: lab.template_version for lab in labels}
     assert manifest["scoring"]["templates"] == used and used
@@ -101,6 +91,19 @@ def test_release_carries_its_templates_rules_and_unit_tables_hashed(built):
     for name in scoring:
         assert hashlib.sha256((release / name).read_bytes()).hexdigest() == manifest["files"][name]["sha256"], name
     assert Path(manifest["source"]["path"]).is_absolute()
+
+
+def test_release_carries_its_templates_rules_and_unit_tables_hashed(built):
+    carries_its_templates_rules_and_unit_tables_hashed(built[0])
+
+
+def test_the_demo_release_carries_its_templates_rules_and_unit_tables_hashed(demo_release_dir: Path, demo_db: Path):
+    """The session's release of the real demo (every template): its scoring/ is complete and hashed, and it opens
+    on its recorded source and scores a label with the template it carries."""
+    carries_its_templates_rules_and_unit_tables_hashed(demo_release_dir)
+    label = _labels(demo_release_dir)[0]
+    with Release.open(demo_release_dir, demo_db) as opened:
+        assert opened.template(label).path.is_relative_to(demo_release_dir / "scoring")
 
 
 def test_an_old_release_is_scored_unchanged_after_every_template_is_bumped(

@@ -6,21 +6,15 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import SYNTHETIC_PATIENTS as PATIENTS
+from conftest import SYNTHETIC_SEED as SEED
 
 from pipeline.source.schema import load_schema
 from pipeline.source.synthetic import generate_synthetic
 from pipeline.source.synthetic.fidelity import fidelity_report, write_fidelity_html
 
 SCHEMA = load_schema()
-PATIENTS = 300
 DUCKDB_CANONICAL = {"REAL": "FLOAT"}  # DESCRIBE spells the 4-byte float type FLOAT
-
-
-@pytest.fixture(scope="module")
-def synthetic_db(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("synthetic") / "synthetic.duckdb"
-    generate_synthetic(path, PATIENTS, seed=7)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -133,8 +127,8 @@ def table_hashes(path: Path) -> dict[str, int]:
 
 def test_same_seed_same_contents_other_seed_differs(synthetic_db, tmp_path):
     again, other = tmp_path / "again.duckdb", tmp_path / "other.duckdb"
-    generate_synthetic(again, PATIENTS, seed=7)
-    generate_synthetic(other, PATIENTS, seed=8)
+    generate_synthetic(again, PATIENTS, seed=SEED)  # synthetic_db's own size and seed (tests/conftest.py)
+    generate_synthetic(other, PATIENTS, seed=SEED + 1)
     first, second, third = table_hashes(synthetic_db), table_hashes(again), table_hashes(other)
     assert first == second
     differing = [t for t in SCHEMA if first[t] != third[t]]

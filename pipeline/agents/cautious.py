@@ -28,6 +28,7 @@ from pipeline.agents.checks import (
     unordered,
     without_value_guards,
 )
+from pipeline.concepts import concept_key, concept_sql
 from pipeline.noise.exclusion import excluding_sql
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.render import sql_literal
@@ -61,11 +62,13 @@ class Cautious(Agent):
         return True
 
     def concepts_exist(self, episode, context: AgentContext) -> bool:
-        """Every concept name of the question (a slot with a vocabulary) is in its vocabulary table."""
+        """Every concept name of the question (a slot with a vocabulary) is in its vocabulary table, matched as
+        the templates match it (case, spacing and tall-man spelling aside: 'Trazodone' is 'TraZODone')."""
         for name, slot in sorted(context.template.spec.slots.items()):
             if slot.vocabulary is not None and name in context.slots:
                 table, column = slot.vocabulary.split(".")
-                if not self.count(episode, f"{table} WHERE {column} = {sql_literal(context.slots[name])}"):
+                wanted = sql_literal(concept_key(context.slots[name]))
+                if not self.count(episode, f"{table} WHERE {concept_sql(column)} = {wanted}"):
                     return False
         return True
 

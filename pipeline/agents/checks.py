@@ -9,15 +9,26 @@ it (`noise:` in its YAML, template-level knowledge), so clean data the template 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import sqlglot
 from sqlglot import expressions as exp
 
 from pipeline.env.verifier import convert_unit
 from pipeline.noise.base import Rejected
-from pipeline.noise.encounters import ADMISSION, ROUTINE_LEAD_HOURS, STAY, orphan_sql, outside_sql, parent_encounter
+from pipeline.noise.encounters import (
+    ADMISSION,
+    ROUTINE_LEAD_HOURS,
+    STAY,
+    Encounter,
+    orphan_sql,
+    outside_sql,
+    parent_encounter,
+)
 from pipeline.noise.measurements import measurement_tables, plausible_ranges
+from pipeline.noise.rules import fixes_unit
 from pipeline.noise.subtypes.conflicting_duplicate import record_of
 from pipeline.noise.subtypes.displaced_time import TIME_COLUMNS
 from pipeline.noise.subtypes.implausible_value import impossible_sql
@@ -27,6 +38,8 @@ from pipeline.source.schema import load_schema
 from pipeline.templates.lint import sample_slots
 from pipeline.templates.render import render_sql, sql_literal
 from pipeline.templates.spec import Template
+
+T = TypeVar("T")
 
 # The entity a slot names and the table (and key) it must exist in.
 ENTITY_TABLES = {"subject_id": "patients", "hadm_id": ADMISSION.table, "stay_id": STAY.table}
@@ -55,6 +68,8 @@ def evidence_source(template: Template) -> EvidenceSource | None:
         return None
     tree = sqlglot.parse_one(render_sql(template.evidence_sql, sample_slots(template)), dialect="duckdb")
     select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
+    if select is None:
+        raise ValueError("the evidence SQL has no SELECT")
     keys = tuple(e.alias_or_name for e in select.expressions if e.alias_or_name != "table_name")
     return EvidenceSource(tables.pop(), keys)
 
@@ -78,7 +93,7 @@ def without_value_guards(evidence_sql: str, table: str) -> str:
 
 def _value_columns(table: str) -> set[str]:
     facts = measurement_tables().get(table)
-    return {facts.number, facts.text} - {None} if facts else set()
+    return {column for column in (facts.number, facts.text) if column is not None} if facts else set()
 
 
 # Which row set a patient-level rule reads: the rows the answer rests on, every candidate row of the question's
@@ -94,14 +109,14 @@ RULE_ROWS = {
 
 def row_rules(template: Template, table: str, items: ItemUnits | None, patient: bool) -> dict[str, str]:
     """{rule name: SQL predicate over rows of `table` (unaliased)} for the noise the template declares.
-    `items`: the items' usual and readable units (`item_units`) for the unit and duplicate rules. A patient question checks its parent
-    encounters with a query of their own (`parent_check_sql`), not with a rule."""
+    `items`: the items' usual and readable units (`item_units`) for the unit and duplicate rules. A patient question
+    checks its parent encounters with a query of their own (`parent_check_sql`), not with a rule."""
     declared, rules = set(template.spec.noise), {}
     builders = {
         "null_value": lambda: _null_rule(table) if patient else None,
         "placeholder_value": lambda: _placeholder(table, template),
         "implausible_value": lambda: _implausible(table),
-        "unit_mismatch": lambda: _unit(table, items, patient),
+        "unit_mismatch": lambda: None if fixes_unit(template) else _unit(table, items, patient),
         "conflicting_duplicate": lambda: _conflict(table, template, items),
         "orphan_reference": lambda: _orphan(template, table, patient),
         "displaced_time": lambda: _encounter_rule(template, table, lambda enc: _outside(enc, table)),
@@ -166,7 +181,7 @@ def _orphan(template: Template, table: str, patient: bool) -> str | None:
     return None if patient else _encounter_rule(template, table, lambda enc: orphan_sql(enc, table))
 
 
-def _encounter_rule(template: Template, table: str, build) -> str | None:
+def _encounter_rule(template: Template, table: str, build: Callable[[Encounter], T]) -> T | None:
     try:
         enc = parent_encounter(template, table)
     except Rejected:
@@ -176,7 +191,7 @@ def _encounter_rule(template: Template, table: str, build) -> str | None:
     return build(enc)
 
 
-def _outside(enc, table: str) -> str | None:
+def _outside(enc: Encounter, table: str) -> str | None:
     if table not in TIME_COLUMNS:
         return None
     time = TIME_COLUMNS[table][0]

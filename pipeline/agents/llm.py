@@ -1,9 +1,9 @@
 """`llm`: an agent behind any OpenAI-compatible /v1/chat/completions endpoint with tool calling (via httpx).
 
-The model sees only the question, its answer format and the episode's tools (`ep.observation["tools"]`); each tool call it makes
-runs through the episode and its result goes back as a `tool` message, until it calls `answer`, stops
-calling tools, or `max_turns` requests have been made. The API key is read from the environment variable
-named by `api_key_env` (no variable, no Authorization header: fine for a local server).
+The model sees only the question, its answer format and the episode's tools (`ep.observation["tools"]`); each tool
+call it makes runs through the episode and its result goes back as a `tool` message, until it calls `answer`, stops
+calling tools, or `max_turns` requests have been made. The API key is read from the environment variable named by
+`api_key_env` (no variable, no Authorization header: fine for a local server).
 """
 
 from __future__ import annotations

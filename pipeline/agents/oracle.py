@@ -20,6 +20,8 @@ class Oracle(Agent):
 
     def act(self, episode, context: AgentContext, seed: int) -> None:
         label = context.label
+        if label is None:
+            raise ValueError("the oracle reads the hidden label: run it with a privileged context")
         if label.inspect:
             self.sql(episode, inspect_query(label.inspect, context))
         frame = self.sql(episode, label.reference_sql)
@@ -36,6 +38,9 @@ def inspect_query(inspect: dict, context: AgentContext) -> str:
         if pin.column is not None:
             conditions.append(f"{pin.column} IN ({listed})")
         else:
-            table, column = context.template.spec.slots[pin.key].vocabulary.split(".")
+            vocabulary = context.template.spec.slots[pin.key].vocabulary
+            if vocabulary is None:  # required_pins pins a non-column key only for a slot with a vocabulary
+                raise ValueError(f"slot {pin.key!r} has no vocabulary")
+            table, column = vocabulary.split(".")
             conditions.append(f"EXISTS (SELECT 1 FROM {table} v WHERE v.{column} IN ({listed}))")
     return f"SELECT count(*) AS n FROM {inspect['table']} WHERE {' AND '.join(conditions) or 'TRUE'}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ GROUPS = {
     "datetime": r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?",
 }
 # The rendered text back to the JSON slot value the question was rendered from (dates stay ISO text).
-TYPERS = {
+TYPERS: dict[str, Callable[[str], Any]] = {
     "integer": int,
     "number": float,
     "text": str,
@@ -153,7 +154,7 @@ class Reader:
                     raise ReadError(f"{template.path}: questions[{index}]: {err}") from None
 
     def read(self, question: str) -> Reading:
-        readings = {}
+        readings: dict[str, Reading] = {}
         for template, index, phrasing in self.phrasings:
             for groups in phrasing.splits(question):
                 reading = _reading(template, index, groups, question)

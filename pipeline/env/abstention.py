@@ -25,6 +25,7 @@ there the looked-up entity is the table itself and any read of it counts.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
@@ -63,7 +64,7 @@ class Reference:
 
     table: str
     alias: str
-    conjuncts: tuple[exp.Expression, ...]
+    conjuncts: tuple[exp.Expr, ...]
     siblings: frozenset[str]
 
 
@@ -116,7 +117,7 @@ def _describe(holder: Holder) -> str:
 
 
 @cache
-def _sqlglot_schema() -> dict[str, dict[str, str]]:
+def _sqlglot_schema() -> dict[str, object]:  # {table: {column: type}}, as qualify() types its schema
     return {t.name: {c.name: c.duckdb_type for c in t.columns} for t in load_schema().values()}
 
 
@@ -147,7 +148,7 @@ def references(sql: str) -> tuple[Reference, ...]:
     return tuple(refs)
 
 
-def _block_conjuncts(select: exp.Expression):
+def _block_conjuncts(select: exp.Expr) -> Iterator[exp.Expr]:
     """The AND-ed conjuncts of a query block's WHERE and JOIN ON clauses."""
     if not isinstance(select, exp.Select):
         return
@@ -158,7 +159,7 @@ def _block_conjuncts(select: exp.Expression):
         yield from _split_and(clause)
 
 
-def _split_and(node: exp.Expression):
+def _split_and(node: exp.Expr) -> Iterator[exp.Expr]:
     while isinstance(node, exp.Paren):
         node = node.this
     if isinstance(node, exp.And):
@@ -168,7 +169,7 @@ def _split_and(node: exp.Expression):
         yield node
 
 
-def _only_alias(conjunct: exp.Expression, alias: str) -> bool:
+def _only_alias(conjunct: exp.Expr, alias: str) -> bool:
     if conjunct.find(exp.Select, exp.Subquery) is not None:
         return False
     columns = list(conjunct.find_all(exp.Column))
@@ -203,7 +204,7 @@ def key_columns(table: str) -> frozenset[str]:
     return frozenset(keys | {c for fk in spec.foreign_keys for c in fk.columns})
 
 
-def _decidable(conjunct: exp.Expression, known: frozenset[str], table: str) -> bool:
+def _decidable(conjunct: exp.Expr, known: frozenset[str], table: str) -> bool:
     """Can an entity row decide this conjunct? Yes on the columns it sets; also on unset ids and foreign keys (a
     wrong `itemid` names another concept), except NULL guards (`hadm_id IS NOT NULL`)."""
     names = {c.name for c in conjunct.find_all(exp.Column)}
@@ -266,10 +267,18 @@ def _id_carriers(label: LabelRecord) -> list[str]:
     """A query-level label's looked-up encounter (a nonexistent patient or admission, one without the premised
     events) can be checked in any table carrying its ids: the other tables with every filter column, when the
     filter holds only encounter ids. Record- and value-level entities are checked where their evidence is."""
-    table, filt = label.inspect["table"], label.inspect.get("filter", {})
+    inspect = _inspect_of(label)
+    table, filt = inspect["table"], inspect.get("filter", {})
     if label.level != "query" or not filt or not set(filt) <= set(_ENCOUNTER_IDS):
         return []
     return [t.name for t in load_schema().values() if t.name != table and set(filt) <= set(t.column_names)]
+
+
+def _inspect_of(label: LabelRecord) -> dict[str, Any]:
+    """The label's inspect target (the entity holders are built only for a label that has one)."""
+    if label.inspect is None:
+        raise ValueError("the label has no inspect target")
+    return label.inspect
 
 
 def _listed(value: Any) -> list[Any]:
@@ -341,8 +350,10 @@ def _entity_holder(label: LabelRecord, template: Template | None, table: str) ->
     values) and the slot values that are columns of the table; NULL elsewhere."""
     spec = load_schema()[table]
     values = {k: v for k, v in label.slots.items() if k in spec.column_names}
-    values |= {_entity_column(k, table, template): v for k, v in label.inspect.get("filter", {}).items()}
-    values.pop(None, None)
+    for key, value in _inspect_of(label).get("filter", {}).items():
+        column = _entity_column(key, table, template)
+        if column is not None:
+            values[column] = value
     columns = sorted(values)
     combos = list(itertools.product(*(_listed(values[c]) for c in columns)))
     select = ", ".join(

@@ -71,6 +71,8 @@ class Episode:
         self.task, self.max_turns, self.limits = task, max_turns, limits
         self._stack = ExitStack()
         if executor is None:
+            if cursor is None:
+                raise ValueError("an episode needs a cursor or an executor")
             self._stack.callback(cursor.close)
             self._stack.enter_context(overlay(cursor, patch, SHADOW_TABLES))
             self.gateway = Gateway(cursor, list(TABLE_NAMES), functions, limits)

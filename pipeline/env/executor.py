@@ -2,10 +2,11 @@
 restart of the child, never the host (the server, the evaluation) or another episode's state.
 
 The child holds its own locked, read-only connection to the source and one cursor with its overlay per open
-episode, under an address-space ceiling (RLIMIT_AS) that bounds what any engine function can allocate. The host admits queries (pipeline.env.sqlcheck) and sends only admitted text. A child that dies (a
-segfault in an engine function) or outlives a query's time limit by `grace` seconds (a function the watchdog
-cannot interrupt) is killed and started again, with every open episode's overlay applied again; the query that
-did it gets an error and the episode goes on.
+episode, under an address-space ceiling (RLIMIT_AS) that bounds what any engine function can allocate. The host
+admits queries (pipeline.env.sqlcheck) and sends only admitted text. A child that dies (a segfault in an engine
+function) or outlives a query's time limit by `grace` seconds (a function the watchdog cannot interrupt) is killed
+and started again, with every open episode's overlay applied again; the query that did it gets an error and the
+episode goes on.
 """
 
 from __future__ import annotations
@@ -78,13 +79,21 @@ class Executor:
         self._lock, self._ids = threading.Lock(), itertools.count(1)
         self._open: dict[int, str | None] = {}  # episode id -> its patch (JSON), to re-apply after a restart
         self.restarts = 0
-        self._process, self._conn = None, None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._conn: Connection | None = None
         with self._lock:
             self._start()
 
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
+
+    @property
+    def _channel(self) -> Connection:
+        """The pipe to the child (set from `_start` to `_stop`)."""
+        if self._conn is None:
+            raise RuntimeError("the executor's child process is not running")
+        return self._conn
 
     @property
     def open_episodes(self) -> list[int]:
@@ -103,9 +112,10 @@ class Executor:
         """An admitted query's outcome; a crash or a runaway query is an error outcome, never an exception."""
         with self._lock:
             try:
-                self._conn.send(("run", episode_id, text, seconds))
-                if self._conn.poll(seconds + self.grace):
-                    return self._conn.recv()
+                channel = self._channel
+                channel.send(("run", episode_id, text, seconds))
+                if channel.poll(seconds + self.grace):
+                    return channel.recv()
                 error = RUNAWAY.format(seconds=self.limits.seconds)
             except (EOFError, OSError):
                 error = CRASHED
@@ -125,8 +135,9 @@ class Executor:
         """Send a request and wait for its acknowledgement (restarting once if the child is gone)."""
         for attempt in (1, 2):
             try:
-                self._conn.send(request)
-                self._conn.recv()
+                channel = self._channel
+                channel.send(request)
+                channel.recv()
                 return
             except (EOFError, OSError):
                 if attempt == 2:
@@ -143,12 +154,12 @@ class Executor:
             env={**os.environ, "PYTHONPATH": _root_path()},
         )
         theirs.close()
-        self._conn = Connection(ours.detach())
-        self._conn.send((str(self.db_path), self.limits, self.shadow, self.address_space))
-        self._conn.recv()  # ready
+        self._conn = channel = Connection(ours.detach())
+        channel.send((str(self.db_path), self.limits, self.shadow, self.address_space))
+        channel.recv()  # ready
         for episode_id, patch_json in self._open.items():
-            self._conn.send(("open", episode_id, patch_json))
-            self._conn.recv()
+            channel.send(("open", episode_id, patch_json))
+            channel.recv()
 
     def _restart(self) -> None:
         self.restarts += 1
@@ -163,14 +174,14 @@ class Executor:
             return
         if self._alive():
             try:
-                self._conn.send(("stop", 0))
+                self._channel.send(("stop", 0))
                 self._process.wait(timeout=1)
             except (OSError, subprocess.TimeoutExpired):
                 pass
         if self._alive():
             self._process.kill()
         self._process.wait()
-        self._conn.close()
+        self._channel.close()
         self._process, self._conn = None, None
 
 

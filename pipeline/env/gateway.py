@@ -14,13 +14,21 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import duckdb
 
 from pipeline.env.sqlcheck import SqlRefused, admit_cached, allowed_functions
 
-DEFAULT_LIMITS = {"row_cap": 500, "seconds": 5.0, "memory_limit": "2GB", "threads": 2}
+
+class LimitValues(TypedDict):
+    row_cap: int
+    seconds: float
+    memory_limit: str
+    threads: int
+
+
+DEFAULT_LIMITS: LimitValues = {"row_cap": 500, "seconds": 5.0, "memory_limit": "2GB", "threads": 2}
 MAX_TEXT = 10_000  # characters of one text value returned to the agent
 MAX_RESULT_CHARS = 256_000  # characters of values one result may hold in the host and the trajectory
 
@@ -92,7 +100,7 @@ WATCHDOG = Watchdog()
 
 def open_locked(db_path: Path, limits: Limits) -> duckdb.DuckDBPyConnection:
     """A read-only connection with external access off, memory and threads set, then the configuration locked."""
-    config = {
+    config: dict[str, str | bool | int | float | list[str]] = {
         "enable_external_access": False,
         "memory_limit": limits.memory_limit,
         "threads": limits.threads,
@@ -118,7 +126,7 @@ class Budget:
         return value if keep == len(value) else value[:keep] + f"...[{len(value) - keep} more characters]"
 
     def items(self, values: list) -> list:
-        out = []
+        out: list[Any] = []
         for value in values:
             if self.left <= 0:
                 return out + [f"...[{len(values) - len(out)} more items]"]
@@ -197,7 +205,8 @@ def execute_admitted(cursor: duckdb.DuckDBPyConnection, text: str, seconds: floa
 def _fetch(result: duckdb.DuckDBPyConnection, row_cap: int) -> tuple[list[list[Any]], Budget]:
     """Up to row_cap + 1 rows, one at a time, made plain under one character budget: once it is spent no further
     row is converted (500 rows of large strings would otherwise all be held in the host)."""
-    rows, budget = [], Budget()
+    rows: list[list[Any]] = []
+    budget = Budget()
     while len(rows) <= row_cap and budget.left > 0:
         row = result.fetchone()
         if row is None:
@@ -245,4 +254,6 @@ class Gateway:
     def _execute(self, text: str, seconds: float) -> QueryOutcome:
         if self.engine is not None:
             return self.engine(text, seconds)
+        if self.cursor is None:
+            raise RuntimeError("the gateway has neither a cursor nor an engine")
         return execute_admitted(self.cursor, text, seconds, self.limits)

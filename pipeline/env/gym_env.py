@@ -2,24 +2,42 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
 from pipeline.env.release import Release
 
+if TYPE_CHECKING:
+    from pipeline.env.episode import Episode
+
 ENV_ID = "EHRRobustGym-v0"
 
 
 class _JsonSpace(gym.spaces.Space):
-    """Observations and actions are JSON-like dicts (the episode's text API); no sampling."""
+    """Observations and actions are JSON-like dicts (the episode's text API). `sample()` draws one of
+    `examples` with the space's seeded generator (none given: the space cannot be sampled)."""
 
-    def __init__(self) -> None:
+    def __init__(self, examples: tuple[dict, ...] = ()) -> None:
         super().__init__(shape=None, dtype=None)
+        self.examples = examples
 
     def contains(self, x: Any) -> bool:
         return isinstance(x, dict)
+
+    def sample(self, mask: Any = None, probability: Any = None) -> dict:
+        if not self.examples:
+            raise NotImplementedError("a JSON observation is not sampled; step an episode to get one")
+        return copy.deepcopy(self.examples[int(self.np_random.integers(len(self.examples)))])
+
+
+# Actions a random policy (and gymnasium's env checker) can take: a harmless query, or an abstention.
+SAMPLE_ACTIONS = (
+    {"tool": "sql", "arguments": {"query": "SELECT count(*) AS n FROM patients"}},
+    {"tool": "answer", "arguments": {"value": None}},
+)
 
 
 class EHRRobustGymEnv(gym.Env):
@@ -41,8 +59,8 @@ class EHRRobustGymEnv(gym.Env):
                 raise ValueError(f"{ENV_ID}: give release=Release.open(...) or release_dir= and source_db=")
             release = Release.open(Path(release_dir), Path(source_db))
         self.release, self.split, self.max_turns = release, split, max_turns
-        self.observation_space, self.action_space = _JsonSpace(), _JsonSpace()
-        self.episode = None
+        self.observation_space, self.action_space = _JsonSpace(), _JsonSpace(SAMPLE_ACTIONS)
+        self.episode: Episode | None = None
 
     def _choose(self, options: dict | None) -> str:
         if options and options.get("task_id"):
@@ -54,8 +72,8 @@ class EHRRobustGymEnv(gym.Env):
         super().reset(seed=seed)
         if self.episode is not None:
             self.episode.close()
-        self.episode = self.release.episode(self._choose(options), max_turns=self.max_turns)
-        return self.episode.observation, {"task_id": self.episode.task.task_id}
+        self.episode = episode = self.release.episode(self._choose(options), max_turns=self.max_turns)
+        return episode.observation, {"task_id": episode.task.task_id}
 
     def step(self, action: dict):
         if self.episode is None:
@@ -70,6 +88,8 @@ class EHRRobustGymEnv(gym.Env):
     def _reward(self) -> float:
         from pipeline.env.verifier import verify  # written by the evaluation engineer; loaded when first needed
 
+        if self.episode is None:
+            raise RuntimeError(f"{ENV_ID}: call reset() before step()")
         trajectory = self.episode.trajectory(agent="gym")
         label = self.release.label(self.episode.task.task_id)
         with self.release.source_cursor() as source:

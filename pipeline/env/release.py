@@ -5,14 +5,17 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
+from pydantic import BaseModel
 
 from pipeline.env.gateway import Gateway, Limits, open_locked
 from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord
 from pipeline.release.scoring import read_scoring_templates, scoring_drift
 from pipeline.templates.spec import Template
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def _registry_template(template_id: str, version: int, release: str) -> Template:
@@ -54,8 +57,8 @@ def _check_hashes(root: Path, manifest: dict[str, Any]) -> None:
             raise ReleaseError(f"{path}: sha256 differs from manifest.json (the release was modified)")
 
 
-def _jsonl(path: Path, model: type) -> list:
-    out = []
+def _jsonl(path: Path, model: type[M]) -> list[M]:
+    out: list[M] = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         try:
             out.append(model.model_validate_json(line))

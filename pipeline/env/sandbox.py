@@ -104,7 +104,12 @@ def _preexec(limits: SandboxLimits) -> Callable[[], None] | None:
         "nofile": resource.RLIMIT_NOFILE,
         "core": resource.RLIMIT_CORE,
     }
-    return lambda: [resource.setrlimit(names[k], v) for k, v in _rlimits(limits).items()] and None
+
+    def apply() -> None:
+        for k, v in _rlimits(limits).items():
+            resource.setrlimit(names[k], v)
+
+    return apply
 
 
 def _command(limits: SandboxLimits | None = None) -> list[str]:
@@ -146,8 +151,12 @@ def _reply(outcome: QueryOutcome) -> dict:
 class _Session:
     """One child process and its JSON-line channel; every read and write respects the wall-clock deadline."""
 
-    def __init__(self, process: subprocess.Popen, deadline: float, watch: Callable[[], str | None]):
-        self.process, self.deadline, self.buffer, self.watch, self.stopped = process, deadline, b"", watch, None
+    def __init__(self, process: subprocess.Popen[bytes], deadline: float, watch: Callable[[], str | None]):
+        if process.stdin is None or process.stdout is None:
+            raise ValueError("the sandbox process needs piped stdin and stdout")
+        self.process, self.deadline, self.buffer, self.watch = process, deadline, b"", watch
+        self.stopped: str | None = None
+        self.stdin = process.stdin
         self.watched = time.monotonic()
         self.fd = process.stdout.fileno()
         os.set_blocking(self.fd, False)
@@ -164,8 +173,8 @@ class _Session:
 
     def _write(self, data: bytes) -> None:
         try:
-            self.process.stdin.write(data)
-            self.process.stdin.flush()
+            self.stdin.write(data)
+            self.stdin.flush()
         except (OSError, ValueError):
             pass  # the child is gone; the reader sees it
 
@@ -218,7 +227,7 @@ def _converse(session: _Session, code: str, query: Callable[[str], QueryOutcome]
         session.send(_reply(query(str(message.get("sql", "")))))
 
 
-def _kill(process: subprocess.Popen) -> None:
+def _kill(process: subprocess.Popen[bytes]) -> None:
     """The supervisor kills the call's whole tree on SIGTERM; its process group is SIGKILLed if it does not end."""
     process.send_signal(signal.SIGTERM)
     try:

@@ -17,6 +17,10 @@ import os
 import sys
 import types
 
+TYPE_CHECKING = False  # true for type checkers only (the child does not import `typing` for it)
+if TYPE_CHECKING:
+    from pipeline.env.landlock import LANDLOCK_MISSING, confine  # the parent prepends landlock.py's text instead
+
 SCRATCH = os.path.realpath(os.getcwd())
 OUTPUT_CAP = int(os.environ.get("EHRGYM_OUTPUT_CAP", "20000"))
 _PYTHON_ROOTS = sorted(
@@ -158,9 +162,9 @@ def _confine() -> str | None:
     """Landlock (from landlock.py, prepended by the parent), for this process for good; the refusal text if the
     kernel cannot do it. It binds only the calling thread and the threads it starts later, hence before polars."""
     try:
-        confine(_PYTHON_ROOTS + _LIBRARY_ROOTS, [SCRATCH])  # noqa: F821 (defined by the prepended landlock.py)
+        confine(_PYTHON_ROOTS + _LIBRARY_ROOTS, [SCRATCH])
     except OSError as err:
-        return f"{LANDLOCK_MISSING} ({err})"  # noqa: F821
+        return f"{LANDLOCK_MISSING} ({err})"
     return None
 
 
@@ -178,7 +182,9 @@ def _purge_denied_modules() -> None:
     and `ctypes`), and empty the namespaces of the process- and socket-making ones, so no reference reaches them."""
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)
-        for key in [k for k, v in namespace.items() if _denied(v)] if isinstance(namespace, dict) else []:
+        if not isinstance(namespace, dict):
+            continue
+        for key in [k for k, v in namespace.items() if _denied(v)]:
             del namespace[key]
     for name in [n for n in sys.modules if n.split(".")[0] in _DENIED_ROOTS]:
         module = sys.modules.pop(name)
@@ -230,7 +236,7 @@ class _CappedBuffer(io.StringIO):
         return len(text)
 
 
-_CASTS = {"TIMESTAMP": pl.Datetime("us"), "DATE": pl.Date}
+_CASTS: dict[str, pl.DataType | type[pl.DataType]] = {"TIMESTAMP": pl.Datetime("us"), "DATE": pl.Date}
 
 
 def _frame(reply: dict) -> pl.DataFrame:

@@ -116,7 +116,7 @@ def allowed_functions(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
     return frozenset(name.lower() for (name,) in rows) & ALLOWED_FUNCTIONS
 
 
-def _parse_one(sql: str) -> exp.Expression:
+def _parse_one(sql: str) -> exp.Expr:
     try:
         trees = [t for t in sqlglot.parse(sql, read="duckdb") if t is not None]
     except sqlglot.errors.SqlglotError as err:
@@ -126,7 +126,7 @@ def _parse_one(sql: str) -> exp.Expression:
     return trees[0]
 
 
-def _check_names(tree: exp.Expression) -> None:
+def _check_names(tree: exp.Expr) -> None:
     """CTE names: letters, digits and _, not starting with _; no CTE or alias named like a DuckDB catalog object."""
     for cte in tree.find_all(exp.CTE):
         name = cte.alias_or_name
@@ -152,7 +152,7 @@ class _Ctes:
             self._index[id(with_)] = names
         return self._index[id(with_)]
 
-    def visible(self, node: exp.Expression, name: str) -> bool:
+    def visible(self, node: exp.Expr, name: str) -> bool:
         """Whether CTE `name` is in scope at `node`: declared by an enclosing WITH, and inside a CTE's own body
         only if declared before it (a name declared in a nested query is not visible outside it)."""
         child, parent = node, node.parent
@@ -254,7 +254,7 @@ def _check_identifier(node: exp.Identifier) -> None:
         raise SqlRefused(f"the {node.name.lower()} pseudo-column is not available")
 
 
-def _check_node(node: exp.Expression, tables: frozenset[str], functions: frozenset[str], ctes: _Ctes) -> None:
+def _check_node(node: exp.Expr, tables: frozenset[str], functions: frozenset[str], ctes: _Ctes) -> None:
     if isinstance(node, _DENIED_NODES):
         raise SqlRefused("only read queries (SELECT) are allowed")
     if isinstance(node, exp.Identifier):
@@ -295,7 +295,7 @@ def admit(sql: str, tables: Iterable[str], functions: frozenset[str]) -> str:
 
 
 @lru_cache(maxsize=64)
-def _length_guard(name: str, max_chars: int) -> exp.Expression:
+def _length_guard(name: str, max_chars: int) -> exp.Expr:
     """`x` as an expression that fails the query when x is longer than max_chars, evaluating x once (a CASE would
     repeat x, and nested calls would double the text at every level)."""
     return sqlglot.parse_one(
@@ -309,10 +309,14 @@ def _bound_arguments(nodes: list[exp.Func]) -> None:
     """Wrap the two text arguments of each bounded function (sqlfunctions.yaml) in its length guard."""
     for node in nodes:  # pre-order: an inner call's guard is built inside the outer call's argument, not copied
         name = _function_name(node)
+        if name is None:  # not reached: admit passes only the functions BOUNDED names
+            continue
         args = node.expressions[:2] if isinstance(node, exp.Anonymous) else [node.this, node.args.get("expression")]
         for arg in (a for a in args if isinstance(a, exp.Expression)):
             guard = _length_guard(name, BOUNDED[name]).copy()
             placeholder = guard.find(exp.Column)
+            if placeholder is None:
+                raise RuntimeError(f"the length guard of {name}() has no argument placeholder")
             arg.replace(guard)
             placeholder.replace(arg)
 

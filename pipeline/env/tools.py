@@ -46,7 +46,7 @@ def answer(value: Scalar | list[Scalar] | None, unit: str | None = None, records
         value: the answer, of the type the task's answer_format names (number, count, text, true/false, date-time or list); null when the data does not support one.
         unit: the unit of the value; may be omitted when it is the answer_format's unit, or another unit of the same dimension with the value converted.
         records: only the record fields the task's answer_format lists, e.g. {"charttime": "..."}; omit when it lists none.
-    """
+    """  # noqa: E501 - the tool description agents see: `_doc_parts` reads one line per argument
 
 
 TOOLS: dict[str, Callable[..., None]] = {f.__name__: f for f in (sql, python, schema, answer)}

@@ -2,10 +2,11 @@
 
 Answer Match compares the final answer with the label's expected answer under the template's Answer spec
 (numbers within the tolerance, lists as multisets unless ordered, and the record fields the question asks for,
-`answer.asked_records`, with datetimes and numbers normalised; other associated records are never required). Units are normalised through `unit_aliases.yaml`; a number given without a unit takes the
-expected unit (the task's answer format states it), and one given in another unit of the same dimension is
-converted through `unit_conversions.yaml` before the tolerance applies. A repair contract is matched against its
-repaired expected value.
+`answer.asked_records`, with datetimes and numbers normalised; other associated records are never required).
+Units are normalised through `unit_aliases.yaml`; a number given without a unit takes the expected unit (the task's
+answer format states it), and one given in another unit of the same dimension is converted through
+`unit_conversions.yaml` before the tolerance applies. A repair contract is matched against its repaired expected
+value.
 
 Abstention Validity holds for an expected NULL when the answer is NULL and a successful gateway statement (via
 `sql` or `python`) covered the evidence on the clean source (`pipeline.env.abstention`: its predicates on a table
@@ -19,6 +20,7 @@ import datetime as dt
 import math
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -77,7 +79,7 @@ def verify(
             reasons=[f"no answer: {why} without an answer call"],
         )
     if label.expected.value is None:
-        return _verify_abstention(label, trajectory, template, source)
+        return _verify_abstention(label, answer, trajectory, template, source)
     reasons = answer_mismatches(label.expected, answer, template.spec.answer)
     covered = None
     if answer.value is None and source is not None:  # a wrong abstention: say whether it looked at the evidence
@@ -90,9 +92,13 @@ def verify(
 
 
 def _verify_abstention(
-    label: LabelRecord, trajectory: Trajectory, template: Template, source: duckdb.DuckDBPyConnection | None
+    label: LabelRecord,
+    answer: AnswerValue,
+    trajectory: Trajectory,
+    template: Template,
+    source: duckdb.DuckDBPyConnection | None,
 ) -> Verdict:
-    answered = trajectory.answer.value
+    answered = answer.value
     reasons = (
         []
         if answered is None
@@ -174,10 +180,10 @@ def in_expected_unit(unit: str | None, got: AnswerValue, spec: Answer) -> tuple[
     return converted, None
 
 
-def convert_unit(value: Any, unit: str, target: str) -> float | None:
-    """`value` in `unit` expressed in `target` (unit_conversions.yaml); None: not a number, or not one dimension."""
-    number, table = _as_number(value), _unit_conversions()
-    source, goal = table.get(normal_unit(unit)), table.get(normal_unit(target))
+def convert_unit(value: Any, unit: str | None, target: str | None) -> float | None:
+    """`value` in `unit` expressed in `target` (unit_conversions.yaml); None: not a number, no unit, or not one
+    dimension."""
+    number, source, goal = _as_number(value), _conversion(unit), _conversion(target)
     if number is None or source is None or goal is None or source[0] != goal[0]:
         return None
     base = number * source[1] + source[2]
@@ -189,10 +195,16 @@ def _unit_conversions() -> dict[str, tuple[str, float, float]]:
     """Canonical unit -> (dimension, scale, offset) from unit_conversions.yaml."""
     raw = yaml.safe_load(resources.files("pipeline.env").joinpath("unit_conversions.yaml").read_text())
     return {
-        normal_unit(unit): (dimension, float(size["scale"]), float(size.get("offset", 0.0)))
+        key: (dimension, float(size["scale"]), float(size.get("offset", 0.0)))
         for dimension, units in raw.items()
         for unit, size in units.items()
+        if (key := normal_unit(unit)) is not None
     }
+
+
+def _conversion(unit: str | None) -> tuple[str, float, float] | None:
+    key = normal_unit(unit)
+    return None if key is None else _unit_conversions().get(key)
 
 
 def _tolerance_note(spec: Answer) -> str:
@@ -382,7 +394,7 @@ def _holds(pin: Pin, qualifier: str, column: str, value: str, names: set[str], c
     return column == pin.column and (qualifier in names or (qualifier == "" and column in columns))
 
 
-def _equalities(tree: exp.Expression):
+def _equalities(tree: exp.Expr) -> Iterator[tuple[str, str, str]]:
     """(qualifier, column, literal) for every `col = lit`, `lit = col`, `col IN (lits)` and wildcard-free LIKE."""
     for node in tree.find_all(exp.EQ, exp.In, exp.Like, exp.ILike):
         if isinstance(node, exp.In):
@@ -401,13 +413,13 @@ def _equalities(tree: exp.Expression):
 _WRAPPERS = (exp.Lower, exp.Upper, exp.Trim, exp.Cast, exp.TryCast, exp.Paren)
 
 
-def _column(node: exp.Expression) -> tuple[str, str] | None:
+def _column(node: exp.Expr) -> tuple[str, str] | None:
     while isinstance(node, _WRAPPERS):
         node = node.this
     return (node.table, node.name) if isinstance(node, exp.Column) else None
 
 
-def _literal(node: exp.Expression) -> str | None:
+def _literal(node: exp.Expr) -> str | None:
     while isinstance(node, _WRAPPERS):
         node = node.this
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):

@@ -1,9 +1,10 @@
-"""`ehrgym eval`: run agents on a release for k trials and write trajectories, verdicts, metrics.json and report.html."""
+"""`ehrgym eval`: run agents on a release for k trials and write trajectories, verdicts, metrics.json and
+report.html."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -13,7 +14,7 @@ from rich.table import Table
 console = Console(stderr=True)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 

@@ -1,4 +1,5 @@
-"""The report's figures as inline SVG strings (matplotlib Agg; fixed hash salt and no date, so reruns give the same bytes)."""
+"""The report's figures as inline SVG strings (matplotlib Agg; fixed hash salt and no date, so reruns give the same
+bytes)."""
 
 from __future__ import annotations
 

@@ -38,7 +38,8 @@ episodes. A clean task counts under its pair's level and sub-type.</p>
 <div class="figs">{{ figs[field] }}</div>
 <table><tr><th>{{ field }}</th>{% for name in agents %}<th>{{ name }} Clean</th><th>{{ name }} Noise</th>
 <th>{{ name }} gap</th><th>{{ name }} RS(10)</th>{% endfor %}<th>tasks (clean/noise)</th></tr>
-{% for value in values[field] %}<tr><td>{{ value }}</td>{% for name in agents %}{% set g = metrics[name].by[field].get(value) %}
+{% for value in values[field] %}<tr><td>{{ value }}</td>{% for name in agents %}"""
+    """{% set g = metrics[name].by[field].get(value) %}
 <td>{{ pct(g and g.pass1_clean) }}</td><td>{{ pct(g and g.pass1_noise) }}</td><td>{{ pct(g and g.gap) }}</td>
 <td>{{ num(g and g.all.rs["10"]) }}</td>{% endfor %}{% set g0 = metrics[agents[0]].by[field].get(value) %}
 <td>{{ g0.clean.tasks if g0 else 0 }}/{{ g0.noise.tasks if g0 else 0 }}</td></tr>{% endfor %}

@@ -33,12 +33,6 @@ def _data(name: str) -> Any:
 
 
 @cache
-def confusable_units() -> dict[str, str]:
-    """{expected unit: a unit it is confused with} from `units.yaml`."""
-    return _data("units.yaml")["confusable"]
-
-
-@cache
 def unit_columns() -> dict[str, dict[str, str]]:
     """{table: {item: column, unit: column}} for tables outside measurements.yaml, from `units.yaml`."""
     return _data("units.yaml").get("unit_columns", {})
@@ -114,6 +108,12 @@ def table_evidence(con, task) -> Evidence:
 
 def is_patient(template) -> bool:
     return template.spec.scope.value == "patient"
+
+
+def fixes_unit(template) -> bool:
+    """The question names the measurement unit (a `unit` or `*_unit` slot; a care unit is no unit): its rows are
+    those in that unit, whatever the item's usual one."""
+    return any(slot == "unit" or slot.endswith("_unit") for slot in template.spec.slots)
 
 
 def pick(rows: pl.DataFrame, patient: bool, rng) -> list[dict]:

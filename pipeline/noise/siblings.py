@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from pipeline.concepts import concept_key
 from pipeline.noise.patch import Patch, TablePatch
 
 
@@ -47,40 +48,57 @@ def sibling_patch(
     con, table: str, before: list[dict], after: list[dict], patched: Patch, replace: bool = True
 ) -> Patch:
     """`patched` plus the sibling rows of `table`'s changed rows (before -> after), changed alike: in place, or
-    (`replace=False`, a conflicting duplicate) as a second copy beside the sibling row."""
+    (`replace=False`, a conflicting duplicate) as a second copy beside the sibling row. A sibling row that two
+    rules find (an ICU stay's only transfer: its start and its end) takes both changes; one the noise itself
+    changed (in `patched`) is left as it is."""
     tables = {name: p.model_copy(deep=True) for name, p in patched.tables.items()}
+    added: dict[tuple, dict] = {}  # (table, key) -> the changed copy of a sibling row, across rules
     for rule in sibling_rules()["rows"].get(table, []):
-        taken = {
-            tuple(k[c] for c in rule["key"])
-            for k in tables.get(rule["table"], TablePatch(key_columns=rule["key"])).hide
-        }
-        for old, new in zip(before, after):
+        target = tables.setdefault(rule["table"], TablePatch(key_columns=rule["key"]))
+        mine = patched.tables.get(rule["table"])
+        own = {tuple(k[c] for c in rule["key"]) for k in mine.hide} if mine else set()
+        for old, new in zip(before, after, strict=True):
             changed = {e: s for e, s in rule["columns"].items() if old.get(e) != new.get(e)}
             for sibling in matching_rows(con, rule, old) if changed else []:
                 key = tuple(sibling[c] for c in rule["key"])
-                if key in taken:
+                if key in own:
                     continue
-                taken.add(key)
-                target = tables.setdefault(rule["table"], TablePatch(key_columns=rule["key"]))
+                alike = {
+                    s: _alike(sibling[s], old[e], new[e]) for e, targets in changed.items() for s in _listed(targets)
+                }
+                if (rule["table"], key) in added:
+                    added[(rule["table"], key)].update(alike)
+                    continue
+                added[(rule["table"], key)] = copy = {**sibling, **alike}
                 if replace:
                     target.hide.append({c: sibling[c] for c in rule["key"]})
-                target.add.append(
-                    {
-                        **sibling,
-                        **{
-                            s: _alike(sibling[s], old[e], new[e])
-                            for e, targets in changed.items()
-                            for s in _listed(targets)
-                        },
-                    }
-                )
+                target.add.append(copy)
+        if not target.hide and not target.add:
+            del tables[rule["table"]]
     return Patch(tables=tables, slots=patched.slots)
 
 
-def witnessed(con, table: str, rows: list[dict]) -> bool:
-    """Some row's encounter has rows near its time in a table that may record the same event another way."""
+INTERVALS = (("intime", "outtime"), ("starttime", "stoptime"), ("starttime", "endtime"))  # a row's start, end
+
+
+def ends_before_start(patch: Patch, table: str) -> bool:
+    """A sibling row `patch` changes (in a table other than `table`) would end before it starts: the record
+    keeps the true time there (a transfer that ended when the moved ICU stay truly began), so the noise is no
+    single-table slip but a contradiction no charting makes."""
     return any(
-        _near(rule.get("near"), row, sibling)
+        row.get(start) is not None and row.get(end) is not None and row[end] < row[start]
+        for name, changed in patch.tables.items()
+        if name != table
+        for row in changed.add
+        for start, end in INTERVALS
+    )
+
+
+def witnessed(con, table: str, rows: list[dict]) -> bool:
+    """Some row's encounter has rows near its time in a table that may record the same event another way (of
+    the same name, where the rule says `named`)."""
+    return any(
+        _near(rule.get("near"), row, sibling) and _named(con, rule.get("named"), row, sibling)
         for rule in sibling_rules().get("witnesses", {}).get(table, [])
         for row in rows
         for sibling in matching_rows(con, rule, row)
@@ -88,11 +106,51 @@ def witnessed(con, table: str, rows: list[dict]) -> bool:
 
 
 def _near(near: dict | None, row: dict, sibling: dict) -> bool:
-    """The sibling row lies within `near.days` of the row (always, without a `near` rule or a time)."""
+    """The sibling row lies within `near.days` (calendar days) or `near.hours` of the row (always, without a
+    `near` rule or a time)."""
     if near is None or row.get(near["time"]) is None or sibling.get(near["sibling"]) is None:
         return True
-    day = lambda value: value.date() if isinstance(value, dt.datetime) else value  # noqa: E731
-    return abs((day(sibling[near["sibling"]]) - day(row[near["time"]])).days) <= near["days"]
+    mine, theirs = row[near["time"]], sibling[near["sibling"]]
+    if "hours" in near:
+        return abs((theirs - mine).total_seconds()) <= near["hours"] * 3600
+
+    def day(value):
+        return value.date() if isinstance(value, dt.datetime) else value
+
+    return abs((day(theirs) - day(mine)).days) <= near["days"]
+
+
+def _named(con, named: dict | None, row: dict, sibling: dict) -> bool:
+    """The row's item (its label in `named.dictionary`) and the sibling's `named.sibling` name one drug: their
+    concept keys begin with the same word ('Dextrose 50%' and 'Dextrose 50%', 'Fentanyl' and 'Fentanyl Citrate')."""
+    if named is None:
+        return True
+    label = _label(con, named["dictionary"], named["key"], named["label"], row[named["key"]])
+    other = concept_key(sibling.get(named["sibling"]))
+    return label is not None and other is not None and label.split()[:1] == other.split()[:1] != []
+
+
+def _label(con, dictionary: str, key: str, label: str, value) -> str | None:
+    found = con.execute(f"SELECT {label} FROM {dictionary} WHERE {key} = ?", [value]).fetchall()
+    return concept_key(found[0][0]) if found else None
+
+
+def derivable(con, table: str, rows: list[dict]) -> bool:
+    """Some row's number can be computed from other results of its own sample (siblings.yaml derivations)."""
+    for rule in sibling_rules().get("derivations", {}).get(table, []):
+        dictionary, match, needed = rule["dictionary"], rule["match"], {concept_key(n) for n in rule["from"]}
+        for row in rows:
+            own = _label(con, dictionary, "itemid", "label", row["itemid"])
+            if row.get(match) is None or own != concept_key(rule["concept"]):
+                continue
+            others = con.execute(
+                f"SELECT DISTINCT d.label FROM {table} t JOIN {dictionary} d USING (itemid) "
+                f"WHERE t.{match} = ? AND t.itemid <> ? AND t.valuenum IS NOT NULL",
+                [row[match], row["itemid"]],
+            ).fetchall()
+            if needed <= {concept_key(label) for (label,) in others}:
+                return True
+    return False
 
 
 def _listed(targets: str | list[str]) -> list[str]:

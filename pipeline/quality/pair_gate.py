@@ -26,7 +26,8 @@ class GateFailed(Exception):
 
 
 def completeness_frame(tasks: list[TaskRecord], labels: list[LabelRecord], patches: list[PatchRecord]) -> pd.DataFrame:
-    visible, patched = {t.task_id: t for t in tasks}, defaultdict(int)
+    visible = {t.task_id: t for t in tasks}
+    patched: defaultdict[str, int] = defaultdict(int)
     for patch in patches:
         patched[patch.pair_id] += 1
     rows: dict[str, dict] = defaultdict(

@@ -31,7 +31,8 @@ def fk_column(fk: ForeignKey) -> str:
 def check_query(table: Table, columns: list[str]) -> str:
     """SQL for the frame a suite validates: the named plain columns plus the derived key columns."""
     fks = {fk_column(fk): fk for fk in table.foreign_keys}
-    select, joins = [], []
+    select: list[str] = []
+    joins: list[str] = []
     for name in columns:
         if name == PK_DUPLICATE:
             keys = ", ".join(f"t.{c}" for c in table.primary_key or ())
@@ -47,7 +48,8 @@ def check_query(table: Table, columns: list[str]) -> str:
             joins.append(f"LEFT JOIN (SELECT DISTINCT {ref} FROM {fk.references}) {alias} ON {on}")
             child_null = " OR ".join(f"t.{c} IS NULL" for c in fk.columns)
             select.append(
-                f"CASE WHEN NOT ({child_null} OR {alias}.k0 IS NOT NULL) THEN {_key_text('t', fk.columns)} END AS {name}"
+                f"CASE WHEN NOT ({child_null} OR {alias}.k0 IS NOT NULL) THEN {_key_text('t', fk.columns)} "
+                f"END AS {name}"
             )
         elif name in table.column_names:
             select.append(f"t.{name}")

@@ -45,7 +45,8 @@ def dataset_card(version: str, manifest: dict[str, Any], labels: list[dict[str, 
     intents = sorted({lab["intent"] for lab in noise})
     splits = Counter(lab["split"] for lab in noise)
     source = manifest["source"]
-    return f"""{_header(version)}
+    return (
+        f"""{_header(version)}
 # EHR-RobustGym {version}
 
 Clean-Noise pairs over an EHR in the MIMIC-IV layout. Each pair is a clean question whose answer the record supports
@@ -84,7 +85,8 @@ reference Python on the clean data and on a copy-on-write overlay of the noisy d
 - `report.html`: plots and tables of the pairs by intent and sub-type, the splits, traps and contracts, and the
   rejected candidates by sub-type and reason.
 
-Load with `datasets.load_dataset("parquet", data_files={{"train": "tasks/train.parquet", "test": "tasks/test.parquet"}})`.
+Load with `datasets.load_dataset("parquet", data_files={{"train": "tasks/train.parquet","""
+        f""" "test": "tasks/test.parquet"}})`.
 
 ## Licence and sources
 
@@ -93,3 +95,4 @@ v2.2 (Johnson et al., PhysioNet, doi 10.13026/dp1f-ex47) and the MIMIC-IV demo i
 PhysioNet 2025, doi 10.13026/t2y8-ea41), both under the Open Database License (ODbL 1.0); this release is shared
 under the same licence. A release built on credentialed MIMIC-IV must be shared only under its PhysioNet terms.
 """
+    )

@@ -33,7 +33,9 @@ def candidate_pairs(
     own read-only connection; every pair is seeded by its task and sub-type, so the result is the same."""
     if workers > 1 and len(tasks) > CHUNK:
         return _parallel_pairs(database_path(con), tasks, templates, subtypes, seed, on_task, workers)
-    tables, verified, rejected = Tables(con), {}, Counter()
+    tables = Tables(con)
+    verified: dict[str, list[NoisePair]] = {}
+    rejected: Counter[tuple[str, str, str]] = Counter()
     for done, task in enumerate(tasks, start=1):
         template = templates[task.template_id]
         for name, subtype in subtypes.items():
@@ -70,7 +72,9 @@ def _pairs_of_chunk(tasks: list[CleanTask]) -> tuple[dict[str, list[NoisePair]],
 def _parallel_pairs(db_path, tasks, templates, subtypes, seed, on_task, workers):
     """Chunks in task order through a spawn-started pool; results merged in submission order."""
     chunks = [tasks[i : i + CHUNK] for i in range(0, len(tasks), CHUNK)]
-    verified, rejected, done = {}, Counter(), 0
+    verified: dict[str, list[NoisePair]] = {}
+    rejected: Counter[tuple[str, str, str]] = Counter()
+    done = 0
     context = multiprocessing.get_context("spawn")  # no fork of a process holding DuckDB threads
     with ProcessPoolExecutor(
         workers, mp_context=context, initializer=_start_worker, initargs=(db_path, templates, subtypes, seed)
@@ -89,7 +93,9 @@ def choose_pairs(verified: dict[str, list[NoisePair]], seed: int) -> list[NoiseP
     each task, in a seeded order, takes a pair of the least-chosen level it has, then of the
     least-chosen sub-type within it."""
     rng = np.random.default_rng(seed)
-    chosen, per_level, per_subtype = [], Counter(), Counter()
+    chosen: list[NoisePair] = []
+    per_level: Counter[str] = Counter()
+    per_subtype: Counter[str] = Counter()
     task_ids = sorted(verified)
     for task_id in [task_ids[i] for i in rng.permutation(len(task_ids))]:
         options = sorted(verified[task_id], key=lambda p: (per_level[p.level], per_subtype[p.subtype], p.subtype))

@@ -27,7 +27,8 @@ TEMPLATE = jinja2.Template(
 <h2>Splits by scope and level</h2>
 <div class="figs">{{ figs.splits|safe }}</div>
 <table><tr><th>split</th>{% for c in split_cells %}<th>{{ c }}</th>{% endfor %}</tr>
-{% for split in splits %}<tr><td>{{ split }}</td>{% for c in split_cells %}<td>{{ by_split[(split, c)] }}</td>{% endfor %}</tr>{% endfor %}</table>
+{% for split in splits %}<tr><td>{{ split }}</td>{% for c in split_cells %}"""
+    """<td>{{ by_split[(split, c)] }}</td>{% endfor %}</tr>{% endfor %}</table>
 <h2>Traps and contracts by sub-type</h2>
 <p>A trap is a noisy task whose naive reading (the clean gold SQL on the noisy data) gives a plausible, wrong
 answer. Contracts: abstain (expected NULL) or repair (the answer over the valid records).</p>
@@ -52,7 +53,7 @@ def release_report(version: str, manifest: dict[str, Any], labels: list[dict[str
     cells = Counter((lab["intent"], lab["subtype"]) for lab in noise)
     intents, subtypes = sorted({i for i, _ in cells}), sorted({s for _, s in cells})
     by_split = Counter((lab["split"], f"{lab['scope']}/{lab['level']}") for lab in noise)
-    rejected = Counter()
+    rejected: Counter[tuple[str, str]] = Counter()
     for key, count in manifest.get("rejections", {}).items():
         _, subtype, reason = key.split("/", 2)
         rejected[(subtype, reason)] += count

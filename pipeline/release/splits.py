@@ -40,7 +40,8 @@ def _hold_out_patients(pairs: list[NoisePair], per_cell: int, seed: int) -> set[
     for pair in pairs:
         if (subject := subject_of(pair)) is not None:
             by_patient[subject].append(pair)
-    held, counts = set(), Counter()
+    held: set[int] = set()
+    counts: Counter[str] = Counter()
     for subject in sorted(by_patient, key=lambda s: _order(str(s), seed)):
         if all(counts[level] >= per_cell for level in LEVELS) or len(held) >= MAX_TEST_PATIENT_SHARE * len(by_patient):
             break

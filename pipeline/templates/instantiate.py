@@ -185,7 +185,7 @@ def instantiate(
     for template in templates:
         rng = template_rng(template.id, seed)
         gold_python, drop = load_python_program(template), _DropCounter(report, template.id)
-        kept = []
+        kept: list[CleanTask] = []
         for raw in sample_slots(con, template, per_template * OVERSAMPLE, rng):
             if len(kept) == per_template:
                 break

@@ -45,7 +45,7 @@ class LintResult:
 
 
 @cache
-def _sqlglot_schema() -> dict[str, dict[str, str]]:
+def _sqlglot_schema() -> dict[str, object]:  # {table: {column: type}}, as qualify() types its schema
     return {t.name: {c.name: c.duckdb_type for c in t.columns} for t in load_schema().values()}
 
 

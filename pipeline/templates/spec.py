@@ -32,7 +32,7 @@ class TemplateError(Exception):
 
 class AnswerType(str, Enum):
     number = "number"
-    count = "count"
+    count = "count"  # type: ignore[assignment]  # typeshed's str.count method; the member shadows it on purpose
     text = "text"
     list = "list"
     boolean = "boolean"

@@ -1,4 +1,5 @@
-"""Passing trajectories of an evaluation folder -> SFT records in OpenAI chat format (tool calls and tool results), JSONL.
+"""Passing trajectories of an evaluation folder -> SFT records in OpenAI chat format (tool calls and tool results),
+JSONL.
 
 A record is {"messages": [system, user, assistant tool_calls, tool result, ..., assistant answer call], "tools": [...],
 "metadata": {task_id, agent, trial}}. Only the train split is used unless asked otherwise (test tasks must not leak
@@ -36,7 +37,8 @@ def load_run(folder: Path, agent: str) -> list[tuple[Trajectory, EpisodeResult]]
         result = verdicts.get((trajectory.task_id, trajectory.trial))
         if result is None:
             raise SftError(
-                f"{folder / 'verdicts' / (agent + '.jsonl')}: no verdict for task {trajectory.task_id} trial {trajectory.trial}"
+                f"{folder / 'verdicts' / (agent + '.jsonl')}: no verdict for task {trajectory.task_id} "
+                f"trial {trajectory.trial}"
             )
         joined.append((trajectory, result))
     return joined

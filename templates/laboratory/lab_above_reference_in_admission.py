@@ -1,4 +1,5 @@
-"""Gold Python: whether any numeric result of a lab (by label) in one admission exceeds its own upper reference limit."""
+"""Gold Python: whether any numeric result of a lab (by label) in one admission exceeds its own upper reference
+limit."""
 
 import polars as pl
 

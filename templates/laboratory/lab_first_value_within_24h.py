@@ -1,4 +1,5 @@
-"""Gold Python: the earliest numeric result of a lab (by label) in the first 24 h after admittime; ties by labevent_id."""
+"""Gold Python: the earliest numeric result of a lab (by label) in the first 24 h after admittime; ties by
+labevent_id."""
 
 import datetime as dt
 

@@ -1,4 +1,5 @@
-"""Gold Python: the n lab labels of a category with the most numeric results, a set (no tie at the n-th place, by the sampler)."""
+"""Gold Python: the n lab labels of a category with the most numeric results, a set (no tie at the n-th place, by
+the sampler)."""
 
 import polars as pl
 

@@ -19,5 +19,5 @@ def gold(tables, slots):
     )
     if rx.height == 0:
         return pl.DataFrame({"value": [], "unit": []}, schema={"value": pl.Float64, "unit": pl.String})
-    mean = rx["dose_val_rx"].cast(pl.Float64).mean()
+    mean = rx["dose_val_rx"].cast(pl.Float64).sort().mean()
     return pl.DataFrame({"value": [round(mean, 2)], "unit": [slots["dose_unit"]]})

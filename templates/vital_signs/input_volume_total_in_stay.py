@@ -24,4 +24,4 @@ def gold(tables, slots):
     )
     if given.height == 0:
         return pl.DataFrame(schema={"value": pl.Float64, "unit": pl.String})
-    return pl.DataFrame({"value": [round(float(given["amount"].sum()), 2)], "unit": [given["amountuom"].min()]})
+    return pl.DataFrame({"value": [round(float(given["amount"].sort().sum()), 2)], "unit": [given["amountuom"].min()]})

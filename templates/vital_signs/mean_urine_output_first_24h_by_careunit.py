@@ -42,9 +42,9 @@ def gold(tables, slots):
             & (pl.col("charttime") < pl.col("intime") + dt.timedelta(hours=24))
         )
         .group_by("stay_id")
-        .agg(pl.col("value").sum().alias("urine_ml"))
+        .agg(pl.col("value").sort().sum().alias("urine_ml"))  # summed in one order: the same float every run
         .collect()
     )
     if per_stay.height == 0:
         return pl.DataFrame(schema={"value": pl.Float64})
-    return pl.DataFrame({"value": [round(float(per_stay["urine_ml"].mean()), 2)]})
+    return pl.DataFrame({"value": [round(float(per_stay["urine_ml"].sort().mean()), 2)]})

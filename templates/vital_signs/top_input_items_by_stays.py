@@ -1,4 +1,5 @@
-"""Gold Python: the n input items (by label) of a category given in the most distinct ICU stays (no tie at the n-th place, by the sampler)."""
+"""Gold Python: the n input items (by label) of a category given in the most distinct ICU stays (no tie at the n-th
+place, by the sampler)."""
 
 import polars as pl
 

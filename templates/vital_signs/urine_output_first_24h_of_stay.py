@@ -47,4 +47,4 @@ def gold(tables, slots):
     )
     if urine.height == 0:
         return pl.DataFrame(schema={"value": pl.Float64, "unit": pl.String})
-    return pl.DataFrame({"value": [round(float(urine["value"].sum()), 2)], "unit": [urine["valueuom"].min()]})
+    return pl.DataFrame({"value": [round(float(urine["value"].sort().sum()), 2)], "unit": [urine["valueuom"].min()]})

@@ -19,4 +19,4 @@ def gold(tables, slots):
     )
     if charted.height == 0:
         return pl.DataFrame(schema={"value": pl.Float64, "unit": pl.String})
-    return pl.DataFrame({"value": [round(charted["valuenum"].mean(), 2)], "unit": [charted["valueuom"].min()]})
+    return pl.DataFrame({"value": [round(charted["valuenum"].sort().mean(), 2)], "unit": [charted["valueuom"].min()]})

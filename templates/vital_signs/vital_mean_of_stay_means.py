@@ -16,9 +16,9 @@ def gold(tables, slots):
         .filter(pl.col("valuenum").is_not_null() & pl.col("stay_id").is_not_null())
         .join(items, on="itemid")
         .group_by("stay_id")
-        .agg(pl.col("valuenum").mean().alias("stay_mean"), pl.col("valueuom").min().alias("unit"))
+        .agg(pl.col("valuenum").sort().mean().alias("stay_mean"), pl.col("valueuom").min().alias("unit"))
         .collect()
     )
     if per_stay.height == 0:
         return pl.DataFrame(schema={"value": pl.Float64, "unit": pl.String})
-    return pl.DataFrame({"value": [round(per_stay["stay_mean"].mean(), 2)], "unit": [per_stay["unit"].min()]})
+    return pl.DataFrame({"value": [round(per_stay["stay_mean"].sort().mean(), 2)], "unit": [per_stay["unit"].min()]})

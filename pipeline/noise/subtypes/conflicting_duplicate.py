@@ -32,7 +32,7 @@ from pipeline.noise.rules import (
     table_evidence,
     time_shift,
 )
-from pipeline.noise.siblings import sibling_patch
+from pipeline.noise.siblings import derivable, sibling_patch
 from pipeline.templates.render import sql_literal
 
 FACTORS = (1.1, 1.2, 1.25, 1.5)  # a numeric duplicate: the original times one of these
@@ -117,6 +117,26 @@ def _other_texts(con, record: Record, row: dict) -> list:
     ]
 
 
+def followers(con, record: Record, row: dict, value) -> dict:
+    """The columns that state `record.value` (duplicates.yaml `follow`), as the most frequent real row alike that
+    carries `value` has them, so the copy agrees with itself (an R reading with a resistant MIC); the row's NULL
+    columns stay NULL. Rejected when no real row alike has them (the copy's own columns would settle it)."""
+    rule = duplicate_rules()[record.table].get("follow", {}).get(record.value)
+    columns = [c for c in (rule or {}).get("columns", []) if row[c] is not None]
+    if not columns:
+        return {}
+    alike = "".join(f" AND {c} = ?" for c in rule["alike"])
+    listed, present = ", ".join(columns), " AND ".join(f"{c} IS NOT NULL" for c in columns)
+    found = con.execute(
+        f"SELECT {listed} FROM {record.table} WHERE {record.value} = ?{alike} AND {present} "
+        f"GROUP BY ALL ORDER BY count(*) DESC, {listed} LIMIT 1",
+        [value, *(row[c] for c in rule["alike"])],
+    ).fetchall()
+    if not found:
+        raise Rejected("no_plausible_conflict")
+    return dict(zip(columns, found[0], strict=True))
+
+
 def measured_other(con, ev: Evidence, row: dict, rng) -> dict:
     """A measurement's conflicting number and text, at the precision its item's real rows use, and inside the
     range its real readings take (`item_span`): both rows must be believable, or the conflict resolves itself."""
@@ -131,10 +151,15 @@ def measured_other(con, ev: Evidence, row: dict, rng) -> dict:
 
 
 def conflicting_copies(con, ev: Evidence, record: Record, rows: list[dict], rng) -> list[dict]:
-    """The rows again, each with a different value (a measurement's text follows its number)."""
+    """The rows again, each with a different value (a measurement's text follows its number, a text value the
+    columns that state it: `follow` in duplicates.yaml)."""
     copies = []
     for row in rows:
-        changed = measured_other(con, ev, row, rng) if ev.facts else {record.value: other_value(con, record, row, rng)}
+        if ev.facts:
+            changed = measured_other(con, ev, row, rng)
+        else:
+            value = other_value(con, record, row, rng)
+            changed = {record.value: value, **followers(con, record, row, value)}
         copies.append({**row, **changed})
     if record.fresh_id:
         for copy, new_id in zip(copies, fresh_ids(con, ev.table, record.fresh_id, rows, rng), strict=True):
@@ -150,7 +175,9 @@ class ConflictingDuplicate(NoiseSubtype):
         "evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads, and its "
         "position (seq_num) where the table has one"
     )
-    version = 7  # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
+    version = 8  # 8: not a result its sample computes (an anion gap from its electrolytes); the copy's columns that
+    # state its value follow it (duplicates.yaml `follow`: an R reading takes a resistant MIC; blind audit 16)
+    # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
     # 3: no tells: numbers at the item's precision, non-round time shifts, sex-fitting codes, ids beside the patient's
     # (a code's second row at its position conflicts only for a question that reads the position);
     # 4: a prescription record is its pharmacy_id, drug_type and drug (an order's base and main rows differ);
@@ -178,6 +205,8 @@ class ConflictingDuplicate(NoiseSubtype):
         if flagged_on_source(con, ev, rule):
             raise Rejected("evidence_already_conflicting")
         originals = pick(ev.rows, is_patient(template), rng)
+        if derivable(con, ev.table, originals):  # its sample computes which copy is true
+            raise Rejected("derivable_from_sample")
         copies = conflicting_copies(con, ev, record, originals, rng)
         patch = Patch(tables={ev.table: TablePatch(key_columns=ev.key_columns, add=copies)})
         patch = sibling_patch(con, ev.table, originals, copies, patch, replace=False)  # the order's pharmacy row too

@@ -7,7 +7,9 @@ drawn at the column's own granularity (prescriptions on the hour, eMAR and labs 
 second) and the target is not a round number of hours from the admission. Store and schedule times keep their
 distance to the moved time; a duration's other end stays put when the question measures the duration (its
 length changes), else it moves too. Sibling rows keeping the time (siblings.yaml: a lab's specimen, the pharmacy
-row of a prescription, the ICU transfer of a stay) move by the same shift.
+row of a prescription, the ICU transfer of a stay and the transfers that end and begin at its ends) move by the
+same shift; a candidate whose moved sibling would end before it starts is rejected (`sibling_keeps_the_time`: the
+transfer before an ICU stay keeps the stay's true start).
 Patient scope: abstain (guard: an evidence row's time lies outside its encounter's window and lead), rejected
 when the question is still answered the same without the moved row, or when a first-time question has another
 qualifying row. Population scope: repair by answering over the rows inside their encounter's window and lead.
@@ -37,7 +39,7 @@ from pipeline.noise.exclusion import excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.overlay import overlay
 from pipeline.noise.patch import Patch, TablePatch
-from pipeline.noise.siblings import sibling_patch, witnessed
+from pipeline.noise.siblings import ends_before_start, sibling_patch, witnessed
 from pipeline.source.schema import load_schema
 from pipeline.templates.answers import AnswerValue, canonical_answer, is_empty
 from pipeline.templates.instantiate import typed_slots
@@ -63,7 +65,9 @@ TIME_COLUMNS = {
 class DisplacedTime(NoiseSubtype):
     name = "displaced_time"
     level = "record"
-    version = 6  # 6: not where another table may record the same event (an ICU procedure for a billed one)
+    version = 7  # 7: a moved ICU stay's neighbouring transfers move with it (the one before ends, the one after
+    # starts, at the stay's ends: blind audit 16)
+    # 6: not where another table may record the same event (an ICU procedure for a billed one)
     # 5: a moved order start moves its pharmacy entry/verification times and its provider order too
     # 3: one end of a measured duration, 24 h lead on every table, unround offsets, siblings, qualifiers;
     # 4: written-out durations (icustays.los) follow the moved ends
@@ -91,6 +95,8 @@ class DisplacedTime(NoiseSubtype):
             raise Rejected("witnessed_elsewhere")
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=_keys(before, key_columns), add=moved)})
         patch = sibling_patch(con, table, before, moved, patch)
+        if ends_before_start(patch, table):
+            raise Rejected("sibling_keeps_the_time")
         as_date = not isinstance(moved[0][time], dt.datetime)
         outside = outside_sql(enc, "e" if patient else table, time, as_date, lead)
         gold, inspect = load_python_program(template), {"table": table, "filter": task.slots}

@@ -21,6 +21,7 @@ from pipeline.noise.measurements import (
     plausible_ranges,
 )
 from pipeline.noise.patch import Patch, TablePatch
+from pipeline.noise.siblings import derivable
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
 
@@ -48,7 +49,8 @@ def impossible_expr(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) 
 class ImplausibleValue(NoiseSubtype):
     name = "implausible_value"
     level = "value"
-    version = 2  # 2: a decimal slip at the item's real precision, not a round multiple of the bound
+    version = 3  # 3: not a result its sample computes (an anion gap from its electrolytes; blind audit 16)
+    # 2: a decimal slip at the item's real precision, not a round multiple of the bound
 
     def make(self, con, task, template, rng):
         table, key_columns, keys = evidence_table(task)
@@ -69,6 +71,8 @@ class ImplausibleValue(NoiseSubtype):
             else sorted(rng.choice(rows.height, min(MAX_ALTERED, max(1, rows.height // 2)), replace=False))
         )
         chosen = [rows.row(int(i), named=True) for i in picked]
+        if derivable(con, table, chosen):  # its sample computes the true value: a careful analyst repairs it
+            raise Rejected("derivable_from_sample")
         altered = [self._impossible(con, row, facts, ranges[row[facts.item]], rng) for row in chosen]
         hide = [{c: row[c] for c in key_columns} for row in chosen]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hide, add=altered)})

@@ -6,7 +6,9 @@ The same fact kept elsewhere (siblings.yaml) goes with it, or a careful analyst 
 text `value` with its `valuenum`, a susceptibility's MIC (dilution) with its interpretation, the pharmacy row's
 start / stop time and route with the prescription's, the ICU transfer's care unit with the stay's first unit.
 Where another table may record the same event in its own vocabulary (siblings.yaml `witnesses`: an ICU procedure
-event for a billed procedure), the candidate is rejected (`witnessed_elsewhere`).
+event for a billed procedure), the candidate is rejected (`witnessed_elsewhere`); so is a result its own sample
+lets one compute (siblings.yaml `derivations`: an anion gap from the specimen's electrolytes;
+`derivable_from_sample`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.measurements import measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import read_value_column
-from pipeline.noise.siblings import companions, sibling_patch, witnessed
+from pipeline.noise.siblings import companions, derivable, sibling_patch, witnessed
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
 
@@ -27,7 +29,9 @@ class NullValue(NoiseSubtype):
     name = "null_value"
     level = "value"
     requires = "a patient-level template (a population answer over many rows survives one NULL)"
-    version = 8  # 8: an infusion's amount goes NULL with its total, original rate and rate (a blind audit)
+    version = 9  # 9: a lab's flag goes NULL with its number; not a result its sample computes (an anion gap from
+    # its electrolytes; siblings.yaml derivations) nor an ICU dose the eMAR charted within an hour (blind audit 16)
+    # 8: an infusion's amount goes NULL with its total, original rate and rate (a blind audit)
     # 7: not where another table may record the same event (siblings.yaml witnesses; a blind audit)
     # 6: a stay's first care unit goes NULL with its last (one transfer: the same unit; a blind audit)
     # 5: an infusion's amount goes NULL with its original amount (a blind audit: 50 mL kept there)
@@ -48,6 +52,8 @@ class NullValue(NoiseSubtype):
             raise Rejected("evidence_not_clean")
         if witnessed(con, table, rows):
             raise Rejected("witnessed_elsewhere")
+        if derivable(con, table, rows):
+            raise Rejected("derivable_from_sample")
         blank = dict.fromkeys([number, *companions(table, number), *([facts.text] if facts and facts.text else [])])
         blanked = [{**row, **blank} for row in rows]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=keys, add=blanked)})

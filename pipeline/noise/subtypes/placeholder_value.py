@@ -63,7 +63,8 @@ class PlaceholderValue(NoiseSubtype):
     # 3: no population question over a measurement's number (an error text beside a number contradicts itself)
     # 4: columns of the same row stating the same fact go NULL with the mask (siblings.yaml companions: a masked
     #    interpretation loses its MIC, a masked first care unit its last; a blind audit read the MIC)
-    version = 4
+    # 5: the order's other prescription rows (a diluent beside its drug) are masked alike (blind audit 16)
+    version = 5
     requires = (
         "evidence in a table with a text value column (measurements.yaml, placeholders.yaml) the gold SQL "
         "reads; at population scope, one without a number beside it"

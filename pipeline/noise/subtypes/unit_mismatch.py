@@ -3,15 +3,15 @@
 Expected unit of an item: its most frequent unit in the source (`units.yaml` also names the item, unit and
 number columns of non-measurement tables, e.g. a prescription's drug, dose unit and dose).
 
-Patient scope (repair): the evidence row holds the SAME quantity re-expressed in another unit of the same
-dimension (`units.yaml` `re_expressed`, converted through the verifier's `convert_unit`: 98.6 °F -> 37.0 °C,
-1.2 L -> 1200 mL, 40 mg -> 0.04 g), written at the item's precision plus the fewest decimals that keep it
-exact. A careful analyst converts it back, so the label is the clean answer; the trap is the converted number
-read as if in the usual unit. Items without a same-dimension unit (cell counts, molar vs mass) are rejected
-(`no_convertible_unit`): a relabel-only row is usually still readable in the usual unit (3.55 "K/uL" of RBC is
-3.55 m/uL), so no label follows from it.
-Population scope (repair): rows are relabelled with a unit that does not fit (`units.yaml` `confusable`, v3)
-and the answer is taken over the rows whose unit is their item's expected unit.
+Both scopes (repair): the evidence row (patient scope; population scope: one subject's cohort rows) holds the SAME
+quantity re-expressed in another unit of the same dimension (`units.yaml` `re_expressed`, converted through the
+verifier's `convert_unit`: 98.6 °F -> 37.0 °C, 1.2 L -> 1200 mL, 40 mg -> 0.04 g), written at the item's precision
+plus the fewest decimals that keep it exact. A careful analyst converts it back, so the label is the clean answer;
+the trap is the converted number read as if in the usual unit. Items without a same-dimension unit (cell counts,
+molar vs mass) are rejected (`no_convertible_unit`): a relabel-only row is usually still readable in the usual unit
+(3.55 "K/uL" of RBC is 3.55 m/uL), so no label follows from it. Nor does a relabel to a unit in which the number is
+impossible (v3's population scope, 363 NTproBNP "ng/mL"): a careful analyst reads it as a mislabel and keeps it
+(blind audit 16).
 """
 
 from __future__ import annotations
@@ -32,12 +32,11 @@ from pipeline.noise.rules import (
     Evidence,
     Rule,
     alteration,
-    confusable_units,
     evidence_table_name,
+    fixes_unit,
     flagged_on_source,
     is_patient,
     pick,
-    scoped_twin,
     table_evidence,
     unit_columns,
 )
@@ -230,16 +229,36 @@ def first_convertible(
     raise Rejected(reason)
 
 
+def _convertible_rows(con, units: Units, rows: list[dict], conversions: dict, tolerance: float):
+    """(rows, their re-expressed copies) for the rows that re-express exactly; Rejected when none does."""
+    chosen, altered, reason = [], [], "no_convertible_unit"
+    for row in rows:
+        try:
+            altered.append(converted_row(con, units, row, conversions[row[units.item]], tolerance))
+            chosen.append(row)
+        except Rejected as rejected:
+            reason = rejected.reason
+    if not chosen:
+        raise Rejected(reason)
+    return chosen, altered
+
+
 def re_expressed_twin(con, task, template, ev: Evidence, units: Units, expected: dict, rng) -> NoisyTwin:
-    """Patient scope: one evidence row re-expressed in another unit; the label is the clean answer."""
+    """One evidence row (patient scope) or one subject's cohort rows (population scope, those that re-express
+    exactly) in another unit of the same dimension; the label is the clean answer."""
     conversions = {item: c for item, unit in sorted(expected.items()) if (c := conversion_of(item, unit))}
     servable = ev.rows.filter(pl.col(units.item).is_in(list(conversions)))
     if servable.is_empty():
         raise Rejected("no_convertible_unit")
-    row, changed = first_convertible(con, units, servable, conversions, template.spec.answer.tolerance, rng)
+    tolerance = template.spec.answer.tolerance
+    if is_patient(template):
+        row, changed = first_convertible(con, units, servable, conversions, tolerance, rng)
+        chosen, altered = [row], [changed]
+    else:
+        chosen, altered = _convertible_rows(con, units, pick(servable, False, rng), conversions, tolerance)
     listed = [conversions[item] for item in sorted(conversions)]
     return NoisyTwin(
-        alteration(ev, [row], [changed]),
+        alteration(ev, chosen, altered),
         "repair",
         task.answer,
         converting_sql(task.gold_sql, units, listed),
@@ -253,7 +272,9 @@ class UnitMismatch(NoiseSubtype):
     name = "unit_mismatch"
     level = "value"
     requires = "evidence in a table with a unit column (measurements.yaml, units.yaml)"
-    version = 3  # 3: population relabels take a unit that does not fit (U/L for a mg/dL or mmol/L analyte; a
+    version = 4  # 4: population scope re-expresses one subject's rows too (a relabelled number that is
+    # impossible in its new unit is read through as a mislabel: blind audit 16, NTproBNP "ng/mL", NIBP "kPa")
+    # 3: population relabels take a unit that does not fit (U/L for a mg/dL or mmol/L analyte; a
     # blind audit converted urea "mmol/L" through its molar mass)
     # 2: patient scope re-expresses the same quantity in a same-dimension unit (a repair to the clean
     # answer) instead of relabelling the number (abstain): a relabelled number is still readable in the usual unit
@@ -262,7 +283,7 @@ class UnitMismatch(NoiseSubtype):
         return super().applies(template) and units_of(evidence_table_name(template)) is not None
 
     def make(self, con, task, template, rng):
-        if not is_patient(template) and any("unit" in slot for slot in template.spec.slots):
+        if not is_patient(template) and fixes_unit(template):
             raise Rejected("question_fixes_unit")  # the cohort is filtered on the unit: a relabelled row just leaves it
         ev = table_evidence(con, task)
         units = units_of(ev.table)
@@ -272,16 +293,8 @@ class UnitMismatch(NoiseSubtype):
             raise Rejected("evidence_not_clean")
         expected = expected_units(con, units, set(ev.rows[units.item].to_list()))
         if not expected:  # the items carry no unit at all
-            raise Rejected("no_convertible_unit" if is_patient(template) else "no_unit_rule")
+            raise Rejected("no_convertible_unit")
         rule = wrong_unit_rule(units, expected)
         if flagged_on_source(con, ev, rule):
             raise Rejected("evidence_unit_not_expected")
-        if is_patient(template):
-            return re_expressed_twin(con, task, template, ev, units, expected, rng)
-        confusable = [item for item, unit in expected.items() if confusable_units().get(unit)]
-        servable = ev.rows.filter(pl.col(units.item).is_in(confusable))
-        if servable.is_empty():
-            raise Rejected("no_unit_rule")
-        chosen = pick(servable, False, rng)
-        relabelled = [{**row, units.unit: confusable_units()[expected[row[units.item]]]} for row in chosen]
-        return scoped_twin(task, template, ev, alteration(ev, chosen, relabelled), rule)
+        return re_expressed_twin(con, task, template, ev, units, expected, rng)

@@ -58,7 +58,10 @@ class Demo:
         return self.execute(sql).fetchall()
 
     def scalar(self, sql: str):
-        return self.execute(sql).fetchone()[0]
+        row = self.execute(sql).fetchone()
+        if row is None:
+            raise ValueError(f"no row from {sql}")
+        return row[0]
 
     def weights(self, sql: str) -> dict:
         """`sql` yields (value..., count); returns {"values": [...], "p": [...]} sorted by count then value."""

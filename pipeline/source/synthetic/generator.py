@@ -74,11 +74,11 @@ def write_chunk(ctx: Context, writer: DuckWriter, first: int, n: int) -> None:
     ):
         write(ctx, writer, adm)
     meds.write_medications(ctx, writer, adm, orders.write_poe(ctx, writer, adm))
-    for write in (
+    for write_stays in (
         icu.write_chartevents,
         icu.write_datetimeevents,
         icu.write_outputevents,
         icu_orders.write_inputs,
         icu_orders.write_procedureevents,
     ):
-        write(ctx, writer, adm, stays)
+        write_stays(ctx, writer, adm, stays)

@@ -1,0 +1,134 @@
+"""Sibling facts (pipeline/noise/siblings.py) on small hand-made records: where the record keeps a fact a noise
+changes, the patch changes it alike, or the candidate is refused (no ../shared data needed)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import pytest
+
+from pipeline.noise.patch import Patch, TablePatch
+from pipeline.noise.siblings import derivable, ends_before_start, sibling_patch, witnessed
+
+T0 = dt.datetime(2150, 1, 1, 8, 0)
+
+
+def _rows(con, sql: str) -> list[dict]:
+    found = con.execute(sql)
+    names = [d[0] for d in found.description]
+    return [dict(zip(names, values, strict=True)) for values in found.fetchall()]
+
+
+@pytest.fixture()
+def stay_record():
+    """One admission: the ED (08:00-14:00), then an ICU stay (14:00-20:00, one transfer), then a ward."""
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE transfers (transfer_id INT, hadm_id INT, careunit TEXT, intime TIMESTAMP, outtime TIMESTAMP)"
+    )
+    hour = dt.timedelta(hours=1)
+    con.execute(
+        "INSERT INTO transfers VALUES (1, 7, 'ED', ?, ?), (2, 7, 'MICU', ?, ?), (3, 7, 'Med', ?, ?)",
+        [T0, T0 + 6 * hour, T0 + 6 * hour, T0 + 12 * hour, T0 + 12 * hour, T0 + 40 * hour],
+    )
+    stay = {"stay_id": 5, "hadm_id": 7, "first_careunit": "MICU", "intime": T0 + 6 * hour, "outtime": T0 + 12 * hour}
+    yield con, stay
+    con.close()
+
+
+def _moved(con, stay: dict, **shift: dt.timedelta) -> Patch:
+    moved = {**stay, **{column: stay[column] + delta for column, delta in shift.items()}}
+    own = Patch(tables={"icustays": TablePatch(key_columns=["stay_id"], hide=[{"stay_id": 5}], add=[moved])})
+    return sibling_patch(con, "icustays", [stay], [moved], own)
+
+
+def test_a_moved_icu_start_moves_the_icu_transfer_and_the_end_of_the_one_before(stay_record):
+    con, stay = stay_record
+    patch = _moved(con, stay, intime=dt.timedelta(minutes=-30))
+    changed = {row["transfer_id"]: row for row in patch.tables["transfers"].add}
+    assert sorted(changed) == [1, 2]  # the ward transfer is untouched: the stay's end did not move
+    assert changed[2]["intime"] == stay["intime"] - dt.timedelta(minutes=30)
+    assert changed[1]["outtime"] == stay["intime"] - dt.timedelta(minutes=30)
+    assert changed[2]["outtime"] == stay["outtime"] and changed[1]["intime"] == T0
+    assert not ends_before_start(patch, "icustays")  # 30 min earlier: the ED stay still ends after it begins
+
+
+def test_a_stay_moved_past_the_transfer_before_it_is_refused(stay_record):
+    con, stay = stay_record
+    patch = _moved(con, stay, intime=dt.timedelta(hours=-9))  # before the ED transfer began
+    assert ends_before_start(patch, "icustays")
+
+
+def test_one_transfer_found_by_two_rules_takes_both_changes(stay_record):
+    """The stay's only ICU transfer starts and ends with it: moving both ends moves both of its times (one copy)."""
+    con, stay = stay_record
+    shift = dt.timedelta(minutes=-45)
+    patch = _moved(con, stay, intime=shift, outtime=shift)
+    copies = [row for row in patch.tables["transfers"].add if row["transfer_id"] == 2]
+    assert len(copies) == 1 and (copies[0]["intime"], copies[0]["outtime"]) == (
+        stay["intime"] + shift,
+        stay["outtime"] + shift,
+    )
+    assert sorted(k["transfer_id"] for k in patch.tables["transfers"].hide) == [1, 2, 3]
+
+
+def test_an_icu_dose_the_emar_charted_within_an_hour_is_witnessed():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE d_items (itemid INT, label TEXT)")
+    con.execute("INSERT INTO d_items VALUES (1, 'Dextrose 50%'), (2, 'Fentanyl')")
+    con.execute("CREATE TABLE emar (hadm_id INT, medication TEXT, charttime TIMESTAMP)")
+    con.execute("INSERT INTO emar VALUES (7, 'Dextrose 50% ', ?), (7, 'Heparin', ?)", [T0, T0])
+    dose = {"hadm_id": 7, "itemid": 1, "starttime": T0 + dt.timedelta(minutes=13)}
+    assert witnessed(con, "inputevents", [dose])
+    assert not witnessed(con, "inputevents", [{**dose, "starttime": T0 + dt.timedelta(hours=2)}])  # too far apart
+    assert not witnessed(con, "inputevents", [{**dose, "itemid": 2}])  # fentanyl: no eMAR row of it
+    assert not witnessed(con, "inputevents", [{**dose, "hadm_id": 8}])  # another admission's eMAR
+
+
+def test_a_result_its_sample_computes_is_derivable():
+    """An anion gap whose specimen has sodium, chloride and bicarbonate is recomputed by a careful analyst, so
+    null_value, implausible_value and conflicting_duplicate refuse it (derivable_from_sample); without a number for
+    its bicarbonate it is not computable."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE d_labitems (itemid INT, label TEXT)")
+    con.execute("INSERT INTO d_labitems VALUES (1, 'Anion Gap'), (2, 'Sodium'), (3, ' chloride'), (4, 'Bicarbonate')")
+    con.execute("CREATE TABLE labevents (labevent_id INT, specimen_id INT, itemid INT, valuenum DOUBLE)")
+    con.execute(
+        "INSERT INTO labevents VALUES (1, 10, 1, 14), (2, 10, 2, 140), (3, 10, 3, 102), (4, 10, 4, 24),"
+        " (5, 20, 1, 14), (6, 20, 2, 140), (7, 20, 3, 102), (8, 20, 4, NULL)"
+    )
+    rows = {row["labevent_id"]: row for row in _rows(con, "SELECT * FROM labevents")}
+    assert derivable(con, "labevents", [rows[1]])  # the whole panel (a label in another case and spacing)
+    assert not derivable(con, "labevents", [rows[5]])  # its bicarbonate has no number
+    assert not derivable(con, "labevents", [rows[2]])  # sodium is measured, not computed
+
+
+def test_a_conflicting_reading_takes_the_mic_a_real_reading_alike_has():
+    """A copy of an S reading turned R carries the MIC real R readings of that organism and antibiotic have
+    (the MIC would settle the conflict otherwise); a row without an MIC keeps none; no R reading alike, no copy."""
+    from pipeline.noise.base import Rejected
+    from pipeline.noise.subtypes.conflicting_duplicate import followers, record_of
+
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE microbiologyevents (microevent_id INT, org_name TEXT, ab_name TEXT, interpretation TEXT,"
+        " dilution_text TEXT, dilution_comparison TEXT, dilution_value DOUBLE)"
+    )
+    con.execute(
+        "INSERT INTO microbiologyevents VALUES (1, 'ESCHERICHIA COLI', 'TRIMETHOPRIM/SULFA', 'S', '<=1', '<=', 1),"
+        " (2, 'ESCHERICHIA COLI', 'TRIMETHOPRIM/SULFA', 'R', '=>16', '=>', 16),"
+        " (3, 'ESCHERICHIA COLI', 'TRIMETHOPRIM/SULFA', 'R', '=>16', '=>', 16),"
+        " (4, 'ESCHERICHIA COLI', 'GENTAMICIN', 'S', '<=1', '<=', 1)"
+    )
+    record = record_of("microbiologyevents", "SELECT interpretation FROM microbiologyevents")
+    rows = {row["microevent_id"]: row for row in _rows(con, "SELECT * FROM microbiologyevents")}
+    assert followers(con, record, rows[1], "R") == {
+        "dilution_text": "=>16",
+        "dilution_comparison": "=>",
+        "dilution_value": 16,
+    }
+    no_mic = {**rows[1], "dilution_text": None, "dilution_comparison": None, "dilution_value": None}
+    assert followers(con, record, no_mic, "R") == {}
+    with pytest.raises(Rejected, match="no_plausible_conflict"):
+        followers(con, record, rows[4], "R")  # no gentamicin-resistant E. coli to take an MIC from
