@@ -1,4 +1,5 @@
-"""The `ehrgym` command line: load, synthesise and validate EHR sources, instantiate tasks, build releases."""
+"""The `ehrgym` command line: load, synthesise and validate sources, instantiate tasks, build releases, serve the
+environment, evaluate agents and export SFT records."""
 
 from __future__ import annotations
 

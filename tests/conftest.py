@@ -84,20 +84,25 @@ def synthetic_1000(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder / "synthetic-1000.duckdb"
 
 
-@pytest.fixture(scope="session")
-def demo_release_dir(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One release of every template on the demo (one task per template, every default sub-type, pair gate
-    skipped): what the agents and the question reader are run over. Open it per module; never write into it."""
+def _every_template_release(db: Path, tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """`<name>-v1`: every template on `db`, one task each, every default sub-type, the pair gate skipped."""
     from pipeline.build import BuildConfig
     from pipeline.stages import run_build
 
     def build(folder: Path) -> None:
         run_build(
-            BuildConfig(db=demo_db, releases_dir=folder, version="demo-v1", per_template=1),
+            BuildConfig(db=db, releases_dir=folder, version=f"{name}-v1", per_template=1),
             gate=lambda *_: SkippedGate(),
         )
 
-    return built_once(tmp_path_factory, "demo-release", build) / "demo-v1"
+    return built_once(tmp_path_factory, f"{name}-release", build) / f"{name}-v1"
+
+
+@pytest.fixture(scope="session")
+def demo_release_dir(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One release of every template on the demo (one task per template, every default sub-type, pair gate
+    skipped): what the agents and the question reader are run over. Open it per module; never write into it."""
+    return _every_template_release(demo_db, tmp_path_factory, "demo")
 
 
 @pytest.fixture(scope="session")
@@ -126,16 +131,7 @@ def synthetic_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def synthetic_release_dir(synthetic_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """demo_release_dir's twin on synthetic_db: every template, one task each, every default sub-type, pair gate
     skipped. Open it per module; never write into it."""
-    from pipeline.build import BuildConfig
-    from pipeline.stages import run_build
-
-    def build(folder: Path) -> None:
-        run_build(
-            BuildConfig(db=synthetic_db, releases_dir=folder, version="synthetic-v1", per_template=1),
-            gate=lambda *_: SkippedGate(),
-        )
-
-    return built_once(tmp_path_factory, "synthetic-release", build) / "synthetic-v1"
+    return _every_template_release(synthetic_db, tmp_path_factory, "synthetic")
 
 
 @pytest.fixture(scope="session")

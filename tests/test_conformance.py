@@ -122,5 +122,7 @@ def test_the_gym_env_passes_gymnasiums_checker(release):
         check_env(env, skip_render_check=True)  # reset/step API, seeding, spaces, determinism
         action = env.action_space.sample()
         assert env.action_space.contains(action) and action["tool"] in {"sql", "answer"}
+        observation = env.observation_space.sample()  # a real opening observation: the question and the tools
+        assert env.observation_space.contains(observation) and observation["question"] and observation["tools"]
     finally:
         env.close()

@@ -68,8 +68,8 @@ def test_demo_loads_with_published_row_counts(demo_db: Path):
     assert counts == DEMO_ROWS
 
 
-def test_demo_columns_are_typed_by_the_schema(demo_db: Path):
-    con = duckdb.connect(str(demo_db), read_only=True)
+def assert_typed_by_the_schema(con) -> None:
+    """Every table's columns, in order, with the DuckDB type the schema declares."""
     for table in load_schema().values():
         actual = con.execute(
             "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
@@ -77,6 +77,11 @@ def test_demo_columns_are_typed_by_the_schema(demo_db: Path):
             [table.name],
         ).fetchall()
         assert actual == [(c.name, c.duckdb_type.replace("REAL", "FLOAT")) for c in table.columns], table.name
+
+
+def test_demo_columns_are_typed_by_the_schema(demo_db: Path):
+    con = duckdb.connect(str(demo_db), read_only=True)
+    assert_typed_by_the_schema(con)
 
 
 def test_demo_values_survive_loading(demo_db: Path):
@@ -131,13 +136,7 @@ def test_a_synthetic_source_in_the_physionet_layout_loads_back_exactly(
     assert {t: n for t, (n, _) in loaded.items()} == report.rows
     assert [t for t in TABLE_NAMES if loaded[t] != source[t]] == []
     con = duckdb.connect(str(tmp_path / "loaded.duckdb"), read_only=True)
-    for table in load_schema().values():
-        actual = con.execute(
-            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
-            "ORDER BY ordinal_position",
-            [table.name],
-        ).fetchall()
-        assert actual == [(c.name, c.duckdb_type.replace("REAL", "FLOAT")) for c in table.columns], table.name
+    assert_typed_by_the_schema(con)
 
 
 def test_a_synthetic_folder_without_chartevents_names_the_missing_table(synthetic_folder: Path, tmp_path: Path):

@@ -19,7 +19,7 @@ ORPHAN = subtypes()["orphan_reference"]
 
 def test_a_hidden_admission_leaves_no_transfer_icu_stay_or_service(source):
     template = TEMPLATES["lab_first_value_within_24h"]
-    tasks = instantiate(source, [template], per_template=3, seed=7)[0]
+    tasks = instantiate(source, [template], per_template=6, seed=7)[0]
     pairs = []
     for task in tasks:  # a pair whose answer holds at every likely admission time is rejected as recoverable
         try:

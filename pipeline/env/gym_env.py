@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,20 +18,20 @@ ENV_ID = "EHRRobustGym-v0"
 
 
 class _JsonSpace(gym.spaces.Space):
-    """Observations and actions are JSON-like dicts (the episode's text API). `sample()` draws one of
-    `examples` with the space's seeded generator (none given: the space cannot be sampled)."""
+    """Observations and actions are JSON-like dicts (the episode's text API). `sample()` draws one of the
+    `examples` (a function giving them, called on the first draw) with the space's seeded generator."""
 
-    def __init__(self, examples: tuple[dict, ...] = ()) -> None:
+    def __init__(self, examples: Callable[[], tuple[dict, ...]]) -> None:
         super().__init__(shape=None, dtype=None)
-        self.examples = examples
+        self._examples, self._drawn = examples, None
 
     def contains(self, x: Any) -> bool:
         return isinstance(x, dict)
 
     def sample(self, mask: Any = None, probability: Any = None) -> dict:
-        if not self.examples:
-            raise NotImplementedError("a JSON observation is not sampled; step an episode to get one")
-        return copy.deepcopy(self.examples[int(self.np_random.integers(len(self.examples)))])
+        if self._drawn is None:
+            self._drawn = self._examples()
+        return copy.deepcopy(self._drawn[int(self.np_random.integers(len(self._drawn)))])
 
 
 # Actions a random policy (and gymnasium's env checker) can take: a harmless query, or an abstention.
@@ -59,8 +60,17 @@ class EHRRobustGymEnv(gym.Env):
                 raise ValueError(f"{ENV_ID}: give release=Release.open(...) or release_dir= and source_db=")
             release = Release.open(Path(release_dir), Path(source_db))
         self.release, self.split, self.max_turns = release, split, max_turns
-        self.observation_space, self.action_space = _JsonSpace(), _JsonSpace(SAMPLE_ACTIONS)
+        self.observation_space = _JsonSpace(lambda: (self._opening_observation(),))
+        self.action_space = _JsonSpace(lambda: SAMPLE_ACTIONS)
         self.episode: Episode | None = None
+
+    def _opening_observation(self) -> dict:
+        """What reset shows for the first task of the split: a real observation for the space to sample."""
+        episode = self.release.episode(self.release.tasks(self.split)[0].task_id, max_turns=self.max_turns)
+        try:
+            return episode.observation
+        finally:
+            episode.close()
 
     def _choose(self, options: dict | None) -> str:
         if options and options.get("task_id"):

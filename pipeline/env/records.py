@@ -8,8 +8,6 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.templates.answers import AnswerFormat, AnswerValue
 
-TOOL_NAMES = ("sql", "python", "schema", "answer")
-
 
 class ToolResult(BaseModel):
     """What a tool call returns to the agent; failures are results with ok=False and content 'Error: ...'."""

@@ -92,11 +92,6 @@ def evidence_table_name(template) -> str | None:
     return tables.pop() if len(tables) == 1 else None
 
 
-def evidence_facts(template) -> MeasurementTable | None:
-    """The measurement table a template's evidence rows come from (None: evidence elsewhere or in several tables)."""
-    return measurement_tables().get(evidence_table_name(template) or "")
-
-
 def table_evidence(con, task) -> Evidence:
     """The task's evidence rows, one source row per key."""
     table, key_columns, keys = evidence_table(task)

@@ -1,1 +1,1 @@
-"""The EHR source: MIMIC-IV schema, loader and (later) synthetic generator."""
+"""The EHR source: the MIMIC-IV schema (mimic_iv.yaml), the PhysioNet-folder loader and the synthetic generator."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -212,10 +211,3 @@ def write_tasks(tasks: list[CleanTask], report: InstantiationReport, path: Path)
     report_path = Path(path).with_name(Path(path).name + ".report.json")
     with atomic_output(report_path, overwrite=True) as tmp:
         tmp.write_text(report.model_dump_json(indent=1) + "\n")
-
-
-def drop_totals(report: InstantiationReport) -> Counter:
-    totals: Counter = Counter()
-    for reasons in report.dropped.values():
-        totals.update(reasons)
-    return totals

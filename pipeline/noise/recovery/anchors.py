@@ -115,8 +115,10 @@ def _likely_anchors(
     con: duckdb.DuckDBPyConnection, encounter: dict[str, Any], key: Any
 ) -> tuple[dict, list[dt.datetime]] | None:
     """The row's identity columns and every whole hour that each event table's first row of the encounter allows
-    (its declared hours from that row; between the tables' bounds where they disagree), the range's ends first so
-    that a reading that moves with the anchor shows at once; None when the encounter has no event."""
+    (its declared hours from that row), the range's ends first so that a reading that moves with the anchor shows at
+    once; None when the encounter has no event. The range ends at the earliest table's latest likely anchor; a
+    table whose whole window lies after that began late (a first culture a week into the stay: blind audit 16) and
+    does not move the start."""
     bounds, identity = [], None
     for event in encounter["events"]:
         where = f"{encounter['key']} = {sql_literal(key)} AND {event['time']} IS NOT NULL" + (
@@ -132,7 +134,8 @@ def _likely_anchors(
             identity = identity or dict(zip(encounter["identity"], ids))
     if not bounds or identity is None:
         return None
-    start, end = sorted([max(b[0] for b in bounds), min(b[1] for b in bounds)])
+    end = min(high for _, high in bounds)  # every table's first event comes after the anchor, give or take
+    start = max(low for low, _ in bounds if low <= end)  # a table whose window lies wholly later began late
     hours = int((end - start).total_seconds() // 3600)
     return identity, [start, end, *(t for h in range(1, hours + 1) if (t := start + dt.timedelta(hours=h)) < end)]
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from .cohort import Admissions
 from .context import Context
+from .extract_vocab import DRUG_COLUMNS
 from .orders import ID_SQL, POE_ID_SQL, MedicationOrders
 from .sampling import HOUR, MINUTE, Weighted, expand, quantiles, rank_in_group, sample_one, stratified_times
 from .vocab import Vocab
@@ -15,18 +16,7 @@ from .writer import Text, times
 
 EMAR_ID_SQL = ID_SQL.format(seq="emar_seq")
 ORDINAL_SQL = "CASE WHEN child > 0 THEN '1.' || CAST(child AS VARCHAR) END"
-DRUG_FIELDS = (
-    "drug",
-    "route",
-    "dose_val_rx",
-    "dose_unit_rx",
-    "form_val_disp",
-    "form_unit_disp",
-    "prod_strength",
-    "formulary_drug_cd",
-    "gsn",
-    "ndc",
-)
+DRUG_FIELDS = ("drug", *DRUG_COLUMNS)  # a drug and its order columns, as the vocabulary extracts them
 
 
 @cache
