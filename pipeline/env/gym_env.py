@@ -23,7 +23,8 @@ class _JsonSpace(gym.spaces.Space):
 
     def __init__(self, examples: Callable[[], tuple[dict, ...]]) -> None:
         super().__init__(shape=None, dtype=None)
-        self._examples, self._drawn = examples, None
+        self._examples = examples
+        self._drawn: tuple[dict, ...] | None = None
 
     def contains(self, x: Any) -> bool:
         return isinstance(x, dict)
@@ -31,7 +32,8 @@ class _JsonSpace(gym.spaces.Space):
     def sample(self, mask: Any = None, probability: Any = None) -> dict:
         if self._drawn is None:
             self._drawn = self._examples()
-        return copy.deepcopy(self._drawn[int(self.np_random.integers(len(self._drawn)))])
+        drawn = self._drawn
+        return copy.deepcopy(drawn[int(self.np_random.integers(len(drawn)))])
 
 
 # Actions a random policy (and gymnasium's env checker) can take: a harmless query, or an abstention.
