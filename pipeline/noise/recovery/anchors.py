@@ -45,31 +45,59 @@ def anchor_range(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any
 
 @strategy("bounded_time")
 def bounded_time(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any]) -> AnswerValue | None:
-    """A moved row whose true time the record bounds (its order's interval, its neighbours in sequence): the gold
-    reading with the row at every sampled time of the bounds gives one answer."""
+    """Rows moved by one shift (a row and its order's other rows) whose true time the record bounds (its encounter,
+    its order's interval, its neighbours in sequence): the gold reading with the rows shifted back to every sampled
+    time of the bounds gives one answer."""
     tree = gold_tree(case)
     for fact in rule["rows"]:
         table, patch = fact["table"], case.patch.tables.get(fact["table"])
-        if patch is None or len(patch.add) != 1 or not reads(tree, table) or patch.add[0].get(fact["time"]) is None:
+        if patch is None or not patch.add or not reads(tree, table) or not _one_shift(patch.add, fact["time"]):
             continue
         moved = patch.add[0]
         at = con.execute("SELECT CAST(? AS TIMESTAMP)", [str(moved[fact["time"]])]).fetchall()[0][0]
-        bounds = [b for b in (_order_bounds(con, fact, moved), _sequence_bounds(con, fact, moved)) if b is not None]
+        found = (
+            _encounter_bounds(con, fact, moved),
+            _order_bounds(con, fact, moved),
+            _sequence_bounds(con, fact, moved),
+        )
+        bounds = [b for b in found if b is not None]
         if not bounds or any(low <= at <= high for low, high in bounds):
-            continue  # nothing bounds the row, or it lies inside its bounds: they do not tell its true time
+            continue  # nothing bounds the rows, or they lie inside their bounds: they do not tell the true time
         low, high = max(b[0] for b in bounds), min(b[1] for b in bounds)
-        if low > high:  # the order and the sequence disagree: the sequence is the finer of the two
+        if low > high:  # the bounds disagree: the last found (the sequence, then the order) is the finest
             low, high = bounds[-1]
-        same = " AND ".join(f"t.{c} IS NOT DISTINCT FROM {sql_literal(moved[c])}" for c in patch.key_columns)
+        rows = " OR ".join(
+            "(" + " AND ".join(f"t.{c} IS NOT DISTINCT FROM {sql_literal(row[c])}" for c in patch.key_columns) + ")"
+            for row in patch.add
+        )
         views = (
             {
-                table: f"SELECT * REPLACE (CASE WHEN {same} THEN {sql_literal(time)} ELSE t.{fact['time']} END AS "
-                f"{fact['time']}) FROM {table} t"
+                table: f"SELECT * REPLACE (CASE WHEN {rows} THEN t.{fact['time']} + "
+                f"INTERVAL {int((time - at).total_seconds())} SECOND ELSE t.{fact['time']} END AS {fact['time']}) "
+                f"FROM {table} t"
             }
             for time in _spread(low, high, rule["samples"])
         )
         return _one_answer(con, case, tree, views)
     return None
+
+
+def _one_shift(rows: list[dict[str, Any]], time: str) -> bool:
+    """The rows' times moved together: all set, and all equal (one order's rows share their start)."""
+    times = {row.get(time) for row in rows}
+    return None not in times and len(times) == 1
+
+
+def _encounter_bounds(con: duckdb.DuckDBPyConnection, fact: dict[str, Any], moved: dict[str, Any]) -> tuple | None:
+    """The start and end of the row's encounter (the row belongs to it), widened by the declared slack."""
+    encounter = fact.get("encounter")
+    if not encounter or any(moved.get(c) is None for c in encounter["match"]):
+        return None
+    where = " AND ".join(f"{e} = {sql_literal(moved[c])}" for c, e in encounter["match"].items())
+    low, high = con.execute(
+        f"SELECT min({encounter['start']}), max({encounter['end']}) FROM {encounter['table']} WHERE {where}"
+    ).fetchall()[0]
+    return None if low is None or high is None else _widened(low, high, encounter["slack_hours"])
 
 
 def _order_bounds(con: duckdb.DuckDBPyConnection, fact: dict[str, Any], moved: dict[str, Any]) -> tuple | None:

@@ -176,7 +176,8 @@ class ConflictingDuplicate(NoiseSubtype):
         "position (seq_num) where the table has one"
     )
     version = 8  # 8: not a result its sample computes (an anion gap from its electrolytes); the copy's columns that
-    # state its value follow it (duplicates.yaml `follow`: an R reading takes a resistant MIC; blind audit 16)
+    # state its value follow it (duplicates.yaml `follow`: an R reading takes a resistant MIC, blind audit 16; an APR
+    # severity its usual mortality risk, blind audit 17)
     # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
     # 3: no tells: numbers at the item's precision, non-round time shifts, sex-fitting codes, ids beside the patient's
     # (a code's second row at its position conflicts only for a question that reads the position);
