@@ -56,8 +56,8 @@ def bounded_time(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any
         moved = patch.add[0]
         at = con.execute("SELECT CAST(? AS TIMESTAMP)", [str(moved[fact["time"]])]).fetchall()[0][0]
         found = (
-            _encounter_bounds(con, fact, moved),
-            _order_bounds(con, fact, moved),
+            _interval_bounds(con, fact.get("encounter"), moved),
+            _interval_bounds(con, fact.get("order"), moved),
             _sequence_bounds(con, fact, moved),
         )
         bounds = [b for b in found if b is not None]
@@ -88,29 +88,19 @@ def _one_shift(rows: list[dict[str, Any]], time: str) -> bool:
     return None not in times and len(times) == 1
 
 
-def _encounter_bounds(con: duckdb.DuckDBPyConnection, fact: dict[str, Any], moved: dict[str, Any]) -> tuple | None:
-    """The start and end of the row's encounter (the row belongs to it), widened by the declared slack."""
-    encounter = fact.get("encounter")
-    if not encounter or any(moved.get(c) is None for c in encounter["match"]):
+def _interval_bounds(
+    con: duckdb.DuckDBPyConnection, interval: dict[str, Any] | None, moved: dict[str, Any]
+) -> tuple | None:
+    """The start and end (its start when it has none) of the interval the row lies in (its encounter, its order),
+    found by `match`, widened by the declared slack; None without such an interval."""
+    if not interval or any(moved.get(c) is None for c in interval["match"]):
         return None
-    where = " AND ".join(f"{e} = {sql_literal(moved[c])}" for c, e in encounter["match"].items())
+    where = " AND ".join(f"{o} = {sql_literal(moved[c])}" for c, o in interval["match"].items())
     low, high = con.execute(
-        f"SELECT min({encounter['start']}), max({encounter['end']}) FROM {encounter['table']} WHERE {where}"
+        f"SELECT min({interval['start']}), max(coalesce({interval['end']}, {interval['start']})) "
+        f"FROM {interval['table']} WHERE {where}"
     ).fetchall()[0]
-    return None if low is None or high is None else _widened(low, high, encounter["slack_hours"])
-
-
-def _order_bounds(con: duckdb.DuckDBPyConnection, fact: dict[str, Any], moved: dict[str, Any]) -> tuple | None:
-    """The row's order's start and stop (its start when it has no stop), widened by the declared slack."""
-    order = fact.get("order")
-    if not order or any(moved.get(c) is None for c in order["match"]):
-        return None
-    where = " AND ".join(f"{o} = {sql_literal(moved[c])}" for c, o in order["match"].items())
-    low, high = con.execute(
-        f"SELECT min({order['start']}), max(coalesce({order['end']}, {order['start']})) "
-        f"FROM {order['table']} WHERE {where}"
-    ).fetchall()[0]
-    return None if low is None else _widened(low, high, order["slack_hours"])
+    return None if low is None else _widened(low, high, interval["slack_hours"])
 
 
 def _sequence_bounds(con: duckdb.DuckDBPyConnection, fact: dict[str, Any], moved: dict[str, Any]) -> tuple | None:
