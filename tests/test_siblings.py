@@ -132,3 +132,20 @@ def test_a_conflicting_reading_takes_the_mic_a_real_reading_alike_has():
     assert followers(con, record, no_mic, "R") == {}
     with pytest.raises(Rejected, match="no_plausible_conflict"):
         followers(con, record, rows[4], "R")  # no gentamicin-resistant E. coli to take an MIC from
+
+
+def test_an_icu_lab_charted_in_chartevents_is_witnessed():
+    """A lab charted at its time under a chartevents Labs item of the same name (a bracketed qualifier aside)."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE d_labitems (itemid INT, label TEXT)")
+    con.execute("INSERT INTO d_labitems VALUES (50902, 'Chloride'), (50909, 'Cortisol'), (50971, 'Potassium')")
+    con.execute("CREATE TABLE d_items (itemid INT, label TEXT)")
+    con.execute("INSERT INTO d_items VALUES (220602, 'Chloride (serum)'), (227463, 'Cortisol'), (220045, 'Heart Rate')")
+    con.execute("CREATE TABLE chartevents (subject_id INT, itemid INT, charttime TIMESTAMP)")
+    con.execute("INSERT INTO chartevents VALUES (1, 220602, ?), (1, 227463, ?), (1, 220045, ?)", [T0, T0, T0])
+    lab = {"subject_id": 1, "itemid": 50902, "charttime": T0 + dt.timedelta(minutes=20)}
+    assert witnessed(con, "labevents", [lab])  # 'Chloride (serum)' charts the chloride
+    assert witnessed(con, "labevents", [{**lab, "itemid": 50909}])
+    assert not witnessed(con, "labevents", [{**lab, "itemid": 50971}])  # no potassium charted
+    assert not witnessed(con, "labevents", [{**lab, "charttime": T0 + dt.timedelta(hours=3)}])  # charted hours apart
+    assert not witnessed(con, "labevents", [{**lab, "subject_id": 2}])

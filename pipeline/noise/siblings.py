@@ -26,11 +26,15 @@ def companions(table: str, column: str) -> list[str]:
 
 
 def matching_rows(con, rule: dict, row: dict) -> list[dict]:
-    """Rows of `rule['table']` that `row` finds through `rule['match']` (none when an `on` value is NULL)."""
+    """Rows of `rule['table']` that `row` finds through `rule['match']` (none when an `on` value is NULL), and
+    through `rule['where']` with its `bounds` when the rule has one."""
     if any(row[c] is None for c in rule["match"]):
         return []
-    where = " AND ".join(f"{s} = ?" for s in rule["match"].values())
-    found = con.execute(f"SELECT * FROM {rule['table']} WHERE {where} ORDER BY ALL", [row[c] for c in rule["match"]])
+    where = " AND ".join([*(f"{s} = ?" for s in rule["match"].values()), *([rule["where"]] if "where" in rule else [])])
+    found = con.execute(
+        f"SELECT * FROM {rule['table']} WHERE {where} ORDER BY ALL",
+        [*(row[c] for c in rule["match"]), *rule.get("bounds", [])],
+    )
     names = [d[0] for d in found.description]
     return [dict(zip(names, values)) for values in found.fetchall()]
 
@@ -98,36 +102,52 @@ def witnessed(con, table: str, rows: list[dict]) -> bool:
     """Some row's encounter has rows near its time in a table that may record the same event another way (of
     the same name, where the rule says `named`)."""
     return any(
-        _near(rule.get("near"), row, sibling) and _named(con, rule.get("named"), row, sibling)
+        _named(con, rule.get("named"), row, sibling)
         for rule in sibling_rules().get("witnesses", {}).get(table, [])
         for row in rows
-        for sibling in matching_rows(con, rule, row)
+        for sibling in _near_rows(con, rule, row)
     )
 
 
-def _near(near: dict | None, row: dict, sibling: dict) -> bool:
-    """The sibling row lies within `near.days` (calendar days) or `near.hours` of the row (always, without a
-    `near` rule or a time)."""
-    if near is None or row.get(near["time"]) is None or sibling.get(near["sibling"]) is None:
-        return True
-    mine, theirs = row[near["time"]], sibling[near["sibling"]]
+def _near_rows(con, rule: dict, row: dict) -> list[dict]:
+    """The rule's rows that `row` finds through `match`, within `near.hours` or `near.days` (calendar days) of its
+    time (a row or sibling without a time is near)."""
+    near = rule.get("near")
+    if near is None or row.get(near["time"]) is None:
+        return matching_rows(con, rule, row)
+    mine, column = row[near["time"]], near["sibling"]
     if "hours" in near:
-        return abs((theirs - mine).total_seconds()) <= near["hours"] * 3600
-
-    def day(value):
-        return value.date() if isinstance(value, dt.datetime) else value
-
-    return abs((day(theirs) - day(mine)).days) <= near["days"]
+        span = dt.timedelta(hours=near["hours"])
+        window, bounds = f"{column} BETWEEN ? AND ?", [mine - span, mine + span]
+    else:
+        day = mine.date() if isinstance(mine, dt.datetime) else mine
+        window, bounds = f"abs(date_diff('day', CAST({column} AS DATE), ?)) <= {int(near['days'])}", [day]
+    return matching_rows(con, {**rule, "where": f"({column} IS NULL OR {window})", "bounds": bounds}, row)
 
 
 def _named(con, named: dict | None, row: dict, sibling: dict) -> bool:
-    """The row's item (its label in `named.dictionary`) and the sibling's `named.sibling` name one drug: their
-    concept keys begin with the same word ('Dextrose 50%' and 'Dextrose 50%', 'Fentanyl' and 'Fentanyl Citrate')."""
+    """The row's item (its label in `named.dictionary`) and the sibling's name (its `named.sibling` column, or its
+    item's label in `named.sibling_dictionary`) name one thing: concept keys that begin with the same word ('Dextrose
+    50%' and 'Dextrose 50%', 'Fentanyl' and 'Fentanyl Citrate'), or (`compare: concept`) are one concept once a
+    trailing qualifier in brackets is dropped ('Chloride (serum)' is the lab 'Chloride')."""
     if named is None:
         return True
     label = _label(con, named["dictionary"], named["key"], named["label"], row[named["key"]])
-    other = concept_key(sibling.get(named["sibling"]))
-    return label is not None and other is not None and label.split()[:1] == other.split()[:1] != []
+    if "sibling_dictionary" in named:
+        other_dictionary = named["sibling_dictionary"]
+        key = other_dictionary["key"]
+        other = _label(con, other_dictionary["table"], key, other_dictionary["label"], sibling.get(key))
+    else:
+        other = concept_key(sibling.get(named["sibling"]))
+    if label is None or other is None:
+        return False
+    if named.get("compare") == "concept":
+        return _unqualified(label) == _unqualified(other)
+    return label.split()[:1] == other.split()[:1] != []
+
+
+def _unqualified(name: str) -> str:
+    return re.sub(r"\s*\([^)]*\)\s*$", "", name)
 
 
 def _label(con, dictionary: str, key: str, label: str, value) -> str | None:

@@ -1,12 +1,16 @@
-"""missing_record (record level): every row the question could rest on is hidden; the answer is unsupported."""
+"""missing_record (record level): every row the question could rest on is hidden; the answer is unsupported.
+
+A patient question's rows that another table also records (siblings.yaml `witnesses`: an ICU patient's lab in
+chartevents under a Labs item) are not hidden (`witnessed_elsewhere`)."""
 
 from __future__ import annotations
 
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
 from pipeline.noise.encounters import declared_evidence_tables
-from pipeline.noise.evidence import candidate_keys, evidence_table
+from pipeline.noise.evidence import candidate_keys, evidence_table, rows_by_key
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.patch import Patch, TablePatch
+from pipeline.noise.siblings import witnessed
 from pipeline.noise.slot_swap import concept_slots
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
@@ -25,7 +29,8 @@ ANSWERED_BY_ABSENCE = (AnswerType.count, AnswerType.boolean, AnswerType.list)
 class MissingRecord(NoiseSubtype):
     name = "missing_record"
     level = "record"
-    version = 3  # 2: rejected when the noisy data still answers the clean question; 3: zero, no, none are answers
+    version = 4  # 2: rejected when the noisy data still answers the clean question; 3: zero, no, none are answers
+    # 4: not where another table charts the same results (siblings.yaml witnesses: an ICU lab in chartevents)
     noisy_data_unanswerable = True
 
     requires = (
@@ -49,6 +54,8 @@ class MissingRecord(NoiseSubtype):
         if not hidden or len(hidden) > MAX_HIDDEN:
             raise Rejected("too_many_candidate_rows" if hidden else "no_candidate_rows")
         key_columns = list(hidden[0])
+        if template.spec.scope.value == "patient" and witnessed(con, table, rows_by_key(con, table, hidden)):
+            raise Rejected("witnessed_elsewhere")  # another table charts the same results (an ICU lab in chartevents)
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hidden)})
         gold = load_python_program(template)
         return NoisyTwin(
