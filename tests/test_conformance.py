@@ -92,7 +92,8 @@ def test_every_agent_plays_clean_and_noisy_episodes_to_an_answer(name: str, rele
     verifier gives a verdict."""
     from contextlib import ExitStack
 
-    tools = {tool["function"]["name"] for tool in release.episode(release.tasks()[0].task_id).observation["tools"]}
+    with release.episode(release.tasks()[0].task_id) as first:  # closed: an open episode keeps the database open
+        tools = {tool["function"]["name"] for tool in first.observation["tools"]}
     by_condition = {}
     for task in release.tasks():
         by_condition.setdefault(release.label(task.task_id).condition, task.task_id)

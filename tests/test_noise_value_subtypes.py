@@ -199,3 +199,29 @@ def test_a_conflicting_route_is_one_the_drug_is_given_by(source):
         given = scalar(source, "SELECT count(*) FROM prescriptions WHERE drug = ? AND route = ?", [row["drug"], route])
         assert route != row["route"] and given > 0, f"{row['drug']} by {route}: a route no real order of the drug has"
     assert made and refused, f"{made} conflicting routes made, {refused} refused (drugs given by one route only)"
+
+
+def test_an_impossible_value_is_no_decimal_slip_of_the_true_one(synthetic_source):
+    """3 to 10 times the item's bound, at its precision, and never the true value times 10, 100 or 1000 (a careful
+    analyst undoes a slip: blind audits 16 to 18)."""
+    from pipeline.noise.measurements import item_precision, measurement_tables, plausible_ranges
+
+    template = TEMPLATES["vital_first_after_icu_admission"]
+    facts, ranges = measurement_tables()["chartevents"], plausible_ranges()["chartevents"]
+    tables, changed = Tables(synthetic_source), 0
+    for task in instantiate(synthetic_source, [template], per_template=6, seed=7)[0]:
+        try:
+            pair = verify_pair(synthetic_source, tables, task, template, SUBTYPES["implausible_value"], seed=0)
+        except Rejected:
+            continue
+        changed_rows = pair.patch.tables["chartevents"]
+        for key, row in zip(changed_rows.hide, changed_rows.add, strict=True):
+            where = " AND ".join(f"{c} = ?" for c in key)
+            true = scalar(synthetic_source, f"SELECT valuenum FROM chartevents WHERE {where}", list(key.values()))
+            precision, high = item_precision(synthetic_source, facts, row["itemid"]), ranges[row["itemid"]].high
+            assert 3 * high - 1 <= row["valuenum"] <= 10 * high + 1 and row["valuenum"] == precision.number_of(
+                row["valuenum"]
+            )
+            assert all(precision.number_of(row["valuenum"] / f) != precision.number_of(true) for f in (10, 100, 1000))
+            changed += 1
+    assert changed, "no implausible pair verified on the synthetic source"

@@ -26,7 +26,8 @@ from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
 
 MAX_ALTERED = 3  # population level: how many of the cohort's measurements become impossible
-SLIPS = (10, 100, 1000)  # a decimal point moved one to three places
+SLIPS = (10, 100, 1000)  # a decimal point moved one to three places: what a careful analyst undoes
+DRAWS = 20  # tries at an impossible number that is no slip
 
 
 def impossible_sql(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) -> str:
@@ -49,7 +50,8 @@ def impossible_expr(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) 
 class ImplausibleValue(NoiseSubtype):
     name = "implausible_value"
     level = "value"
-    version = 3  # 3: not a result its sample computes (an anion gap from its electrolytes; blind audit 16)
+    version = 4  # 4: 3-10x the upper bound, never a decimal slip of the true value (undone by blind audits 16-18)
+    # 3: not a result its sample computes (an anion gap from its electrolytes; blind audit 16)
     # 2: a decimal slip at the item's real precision, not a round multiple of the bound
 
     def make(self, con, task, template, rng):
@@ -102,13 +104,14 @@ class ImplausibleValue(NoiseSubtype):
 
     @staticmethod
     def _impossible(con, row: dict, facts: MeasurementTable, bounds: PlausibleRange, rng) -> dict:
-        """The row with its number impossible as real slips make it: the value with its decimal point moved
-        (x10, x100, x1000: the first beyond 1.5x the upper bound), else 3 to 10 times the upper bound; written
-        at the item's real precision (a heart rate stays an integer)."""
+        """The row with its number impossible and not recoverable: 3 to 10 times the item's upper bound, written at
+        the item's real precision (a heart rate stays an integer), and never the true value with its decimal point
+        moved (blind audits 16 to 18 read 991 °F as 99.1, an INR of 140 as 1.4 and a WBC of 1500 as 15.0 from its
+        differential: a careful analyst undoes a slip, so its abstain label punished the repair)."""
         value, precision = float(row[facts.number]), item_precision(con, facts, row[facts.item])
-        slips = [precision.number_of(value * factor) for factor in SLIPS if value > 0]
-        wild = precision.number_of(bounds.high * float(rng.uniform(3, 10)))
-        number = next((v for v in slips if v > 1.5 * bounds.high), wild)
-        if number <= bounds.high:  # a bound so small the precision rounds it back inside: no honest slip
-            raise Rejected("no_impossible_value_at_precision")
-        return {**row, facts.number: number, **({facts.text: precision.text_of(number)} if facts.text else {})}
+        for _ in range(DRAWS):
+            number = precision.number_of(bounds.high * float(rng.uniform(3, 10)))
+            slipped = any(precision.number_of(number / factor) == precision.number_of(value) for factor in SLIPS)
+            if number > bounds.high and not slipped:
+                return {**row, facts.number: number, **({facts.text: precision.text_of(number)} if facts.text else {})}
+        raise Rejected("no_impossible_value_at_precision")  # a bound so small the precision rounds it back inside
