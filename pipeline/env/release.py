@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -149,6 +150,7 @@ class Release:
         self._patches = {p.noise_task_id: p.patch for p in patches}
         self.functions = Gateway.functions_of(con)
         self._templates = templates  # scoring/templates by (id, version); None: published before scoring/
+        self._episodes: weakref.WeakSet = weakref.WeakSet()  # open episodes: their cursors keep the source open
 
     @classmethod
     def open(
@@ -239,7 +241,7 @@ class Release:
         from pipeline.env.episode import Episode
 
         cursor = self._con.cursor() if self.executor is None else None
-        return Episode(
+        episode = Episode(
             self.task(task_id),
             cursor,
             self._patches.get(task_id),
@@ -248,6 +250,8 @@ class Release:
             max_turns,
             self.executor,
         )
+        self._episodes.add(episode)
+        return episode
 
     def source_cursor(self):
         """A plain cursor on the source (server side only: no gateway, no overlay). DuckDB refuses a second
@@ -255,6 +259,10 @@ class Release:
         return self._con.cursor()
 
     def close(self) -> None:
+        """Close every episode still open (a cursor left open keeps DuckDB's instance of the source file, with
+        this release's configuration, alive in the process), the executor and the connection."""
+        for episode in list(self._episodes):
+            episode.close()
         if self.executor is not None:
             self.executor.shutdown()
         self._con.close()
