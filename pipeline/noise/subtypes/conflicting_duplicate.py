@@ -32,7 +32,7 @@ from pipeline.noise.rules import (
     table_evidence,
     time_shift,
 )
-from pipeline.noise.siblings import derivable, sibling_patch
+from pipeline.noise.siblings import derivable, sibling_patch, witnessed
 from pipeline.templates.render import sql_literal
 
 FACTORS = (1.1, 1.2, 1.25, 1.5)  # a numeric duplicate: the original times one of these
@@ -208,6 +208,8 @@ class ConflictingDuplicate(NoiseSubtype):
         originals = pick(ev.rows, is_patient(template), rng)
         if derivable(con, ev.table, originals):  # its sample computes which copy is true
             raise Rejected("derivable_from_sample")
+        if witnessed(con, ev.table, originals):  # another table charts which copy is true
+            raise Rejected("witnessed_elsewhere")
         copies = conflicting_copies(con, ev, record, originals, rng)
         patch = Patch(tables={ev.table: TablePatch(key_columns=ev.key_columns, add=copies)})
         patch = sibling_patch(con, ev.table, originals, copies, patch, replace=False)  # the order's pharmacy row too

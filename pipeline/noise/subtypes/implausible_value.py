@@ -21,7 +21,7 @@ from pipeline.noise.measurements import (
     plausible_ranges,
 )
 from pipeline.noise.patch import Patch, TablePatch
-from pipeline.noise.siblings import derivable
+from pipeline.noise.siblings import derivable, witnessed
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
 
@@ -50,7 +50,8 @@ def impossible_expr(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) 
 class ImplausibleValue(NoiseSubtype):
     name = "implausible_value"
     level = "value"
-    version = 4  # 4: 3-10x the upper bound, never a decimal slip of the true value (undone by blind audits 16-18)
+    version = 4  # 4: 3-10x the upper bound, never a decimal slip of the true value (undone by blind audits 16-18);
+    # not a lab chartevents also charts (blind audit 19 read a sodium of 707 as the chart's 146)
     # 3: not a result its sample computes (an anion gap from its electrolytes; blind audit 16)
     # 2: a decimal slip at the item's real precision, not a round multiple of the bound
 
@@ -75,6 +76,8 @@ class ImplausibleValue(NoiseSubtype):
         chosen = [rows.row(int(i), named=True) for i in picked]
         if derivable(con, table, chosen):  # its sample computes the true value: a careful analyst repairs it
             raise Rejected("derivable_from_sample")
+        if witnessed(con, table, chosen):  # another table charts the true value (an ICU lab in chartevents)
+            raise Rejected("witnessed_elsewhere")
         altered = [self._impossible(con, row, facts, ranges[row[facts.item]], rng) for row in chosen]
         hide = [{c: row[c] for c in key_columns} for row in chosen]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hide, add=altered)})
