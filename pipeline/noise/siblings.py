@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from pipeline.concepts import concept_key
+from pipeline.noise.base import Rejected
 from pipeline.noise.patch import Patch, TablePatch
 
 
@@ -98,15 +99,26 @@ def ends_before_start(patch: Patch, table: str) -> bool:
     )
 
 
+def kept_elsewhere(con, table: str, rows: list[dict]) -> None:
+    """Rejected when the record keeps the rows' facts elsewhere, where a careful analyst reads them: another table
+    charts them (`witnessed_elsewhere`) or their own sample computes them (`derivable_from_sample`)."""
+    if witnessed(con, table, rows):
+        raise Rejected("witnessed_elsewhere")
+    if derivable(con, table, rows):
+        raise Rejected("derivable_from_sample")
+
+
 def witnessed(con, table: str, rows: list[dict]) -> bool:
     """Some row's encounter has rows near its time in a table that may record the same event another way (of
     the same name, where the rule says `named`)."""
-    return any(
-        _named(con, rule.get("named"), row, sibling)
-        for rule in sibling_rules().get("witnesses", {}).get(table, [])
-        for row in rows
-        for sibling in _near_rows(con, rule, row)
-    )
+    for rule in sibling_rules().get("witnesses", {}).get(table, []):
+        named = rule.get("named")
+        labels: dict[Any, str | None] = {}  # the sibling dictionary's labels, looked up once per item
+        for row in rows:
+            mine = _label(con, named["dictionary"], named["key"], named["label"], row[named["key"]]) if named else None
+            if any(_same_name(con, named, mine, sibling, labels) for sibling in _near_rows(con, rule, row)):
+                return True
+    return False
 
 
 def _near_rows(con, rule: dict, row: dict) -> list[dict]:
@@ -125,25 +137,26 @@ def _near_rows(con, rule: dict, row: dict) -> list[dict]:
     return matching_rows(con, {**rule, "where": f"({column} IS NULL OR {window})", "bounds": bounds}, row)
 
 
-def _named(con, named: dict | None, row: dict, sibling: dict) -> bool:
-    """The row's item (its label in `named.dictionary`) and the sibling's name (its `named.sibling` column, or its
-    item's label in `named.sibling_dictionary`) name one thing: concept keys that begin with the same word ('Dextrose
-    50%' and 'Dextrose 50%', 'Fentanyl' and 'Fentanyl Citrate'), or (`compare: concept`) are one concept once a
-    trailing qualifier in brackets is dropped ('Chloride (serum)' is the lab 'Chloride')."""
+def _same_name(con, named: dict | None, mine: str | None, sibling: dict, labels: dict) -> bool:
+    """The row's item label `mine` and the sibling's name (its `named.sibling` column, or its item's label in
+    `named.sibling_dictionary`) name one thing: concept keys that begin with the same word ('Dextrose 50%' and
+    'Dextrose 50%', 'Fentanyl' and 'Fentanyl Citrate'), or (`compare: concept`) are one concept once a trailing
+    qualifier in brackets is dropped ('Chloride (serum)' is the lab 'Chloride'). Always, without a `named` rule."""
     if named is None:
         return True
-    label = _label(con, named["dictionary"], named["key"], named["label"], row[named["key"]])
     if "sibling_dictionary" in named:
-        other_dictionary = named["sibling_dictionary"]
-        key = other_dictionary["key"]
-        other = _label(con, other_dictionary["table"], key, other_dictionary["label"], sibling.get(key))
+        dictionary = named["sibling_dictionary"]
+        item = sibling.get(dictionary["key"])
+        if item not in labels:
+            labels[item] = _label(con, dictionary["table"], dictionary["key"], dictionary["label"], item)
+        other = labels[item]
     else:
         other = concept_key(sibling.get(named["sibling"]))
-    if label is None or other is None:
+    if mine is None or other is None:
         return False
     if named.get("compare") == "concept":
-        return _unqualified(label) == _unqualified(other)
-    return label.split()[:1] == other.split()[:1] != []
+        return _unqualified(mine) == _unqualified(other)
+    return mine.split()[:1] == other.split()[:1] != []
 
 
 def _unqualified(name: str) -> str:

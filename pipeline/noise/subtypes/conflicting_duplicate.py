@@ -32,7 +32,7 @@ from pipeline.noise.rules import (
     table_evidence,
     time_shift,
 )
-from pipeline.noise.siblings import derivable, sibling_patch, witnessed
+from pipeline.noise.siblings import kept_elsewhere, sibling_patch
 from pipeline.templates.render import sql_literal
 
 FACTORS = (1.1, 1.2, 1.25, 1.5)  # a numeric duplicate: the original times one of these
@@ -206,10 +206,7 @@ class ConflictingDuplicate(NoiseSubtype):
         if flagged_on_source(con, ev, rule):
             raise Rejected("evidence_already_conflicting")
         originals = pick(ev.rows, is_patient(template), rng)
-        if derivable(con, ev.table, originals):  # its sample computes which copy is true
-            raise Rejected("derivable_from_sample")
-        if witnessed(con, ev.table, originals):  # another table charts which copy is true
-            raise Rejected("witnessed_elsewhere")
+        kept_elsewhere(con, ev.table, originals)  # another table or the sample would say which copy is true
         copies = conflicting_copies(con, ev, record, originals, rng)
         patch = Patch(tables={ev.table: TablePatch(key_columns=ev.key_columns, add=copies)})
         patch = sibling_patch(con, ev.table, originals, copies, patch, replace=False)  # the order's pharmacy row too

@@ -21,7 +21,7 @@ from pipeline.noise.measurements import (
     plausible_ranges,
 )
 from pipeline.noise.patch import Patch, TablePatch
-from pipeline.noise.siblings import derivable, witnessed
+from pipeline.noise.siblings import kept_elsewhere
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
 
@@ -74,10 +74,7 @@ class ImplausibleValue(NoiseSubtype):
             else sorted(rng.choice(rows.height, min(MAX_ALTERED, max(1, rows.height // 2)), replace=False))
         )
         chosen = [rows.row(int(i), named=True) for i in picked]
-        if derivable(con, table, chosen):  # its sample computes the true value: a careful analyst repairs it
-            raise Rejected("derivable_from_sample")
-        if witnessed(con, table, chosen):  # another table charts the true value (an ICU lab in chartevents)
-            raise Rejected("witnessed_elsewhere")
+        kept_elsewhere(con, table, chosen)  # an ICU lab in chartevents, an anion gap its electrolytes compute
         altered = [self._impossible(con, row, facts, ranges[row[facts.item]], rng) for row in chosen]
         hide = [{c: row[c] for c in key_columns} for row in chosen]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hide, add=altered)})

@@ -19,7 +19,7 @@ from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.measurements import measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import read_value_column
-from pipeline.noise.siblings import companions, derivable, sibling_patch, witnessed
+from pipeline.noise.siblings import companions, kept_elsewhere, sibling_patch
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
 
@@ -50,10 +50,7 @@ class NullValue(NoiseSubtype):
         rows = rows_by_key(con, table, keys)
         if len(rows) != len(keys) or any(row[number] is None for row in rows):
             raise Rejected("evidence_not_clean")
-        if witnessed(con, table, rows):
-            raise Rejected("witnessed_elsewhere")
-        if derivable(con, table, rows):
-            raise Rejected("derivable_from_sample")
+        kept_elsewhere(con, table, rows)
         blank = dict.fromkeys([number, *companions(table, number), *([facts.text] if facts and facts.text else [])])
         blanked = [{**row, **blank} for row in rows]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=keys, add=blanked)})
