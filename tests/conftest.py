@@ -9,6 +9,7 @@ the demo and reports the failing ones together (tests/aggregate.py)."""
 from __future__ import annotations
 
 import fcntl
+import gc
 import os
 import shutil
 from collections.abc import Callable
@@ -144,6 +145,13 @@ def synthetic_small_release_dir(synthetic_db: Path, tmp_path_factory: pytest.Tem
         built_once(tmp_path_factory, "synthetic-small-release", lambda f: build_small_release(synthetic_db, f))
         / "env-test"
     )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free_unreachable_connections():
+    """Collect garbage before each module: DuckDB keeps one instance per file and configuration, so a connection
+    an earlier module left in an unreachable cycle (a release's cursor) would refuse this module's plain one."""
+    gc.collect()
 
 
 @pytest.fixture(scope="module")

@@ -149,3 +149,18 @@ def test_an_icu_lab_charted_in_chartevents_is_witnessed():
     assert not witnessed(con, "labevents", [{**lab, "itemid": 50971}])  # no potassium charted
     assert not witnessed(con, "labevents", [{**lab, "charttime": T0 + dt.timedelta(hours=3)}])  # charted hours apart
     assert not witnessed(con, "labevents", [{**lab, "subject_id": 2}])
+
+
+def test_an_absolute_white_cell_count_is_derivable_from_the_count_and_the_differential():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE d_labitems (itemid INT, label TEXT)")
+    con.execute(
+        "INSERT INTO d_labitems VALUES (1, 'Absolute Lymphocyte Count'), (2, 'White Blood Cells'), (3, 'Lymphocytes')"
+    )
+    con.execute("CREATE TABLE labevents (labevent_id INT, specimen_id INT, itemid INT, valuenum DOUBLE)")
+    con.execute(
+        "INSERT INTO labevents VALUES (1, 10, 1, 0.57), (2, 10, 2, 15.5), (3, 10, 3, 3.7), (4, 20, 1, 0.6), (5, 20, 2, 9.1)"
+    )
+    rows = {row["labevent_id"]: row for row in _rows(con, "SELECT * FROM labevents")}
+    assert derivable(con, "labevents", [rows[1]])  # 15.5 K/uL x 3.7 %
+    assert not derivable(con, "labevents", [rows[4]])  # no differential in its specimen
