@@ -63,7 +63,7 @@ lint: venv
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=15
 
 # The self-contained tier for development: no ../shared data, nothing marked slow (Airflow runs); 4 min 40 s here.
 test-fast: venv

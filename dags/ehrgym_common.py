@@ -39,6 +39,9 @@ def build_params() -> dict[str, Param]:
         "intents": Param(
             list(INTENTS), type="array", items={"type": "string", "enum": list(INTENTS)}, description="intents to build"
         ),
+        "fill_tasks": Param(
+            24, type="integer", minimum=0, description="further tasks per template for a cell with no pair"
+        ),
         "test_size": Param(
             1008, type="integer", minimum=0, description="test pairs wanted (balanced over scope x level)"
         ),
@@ -49,7 +52,13 @@ def build_params() -> dict[str, Param]:
     }
 
 
-CONFIG_PARAMS = ("seed", "per_template", "intents", "test_size")  # Params copied into the BuildConfig as they are
+CONFIG_PARAMS = (
+    "seed",
+    "per_template",
+    "intents",
+    "test_size",
+    "fill_tasks",
+)  # Params copied into the BuildConfig as they are
 
 
 def data_dir(value: str | None) -> Path:
@@ -118,10 +127,18 @@ def pairs(work: str, tasks: str) -> str:
 
 
 @task
-def assemble(work: str, source: str, tasks: list[str], pairs: list[str]) -> str:
+def fill(work: str, tasks: list[str], pairs: list[str]) -> str:
     from pipeline import stages
 
-    return str(stages.assemble(Path(work), Path(source), [Path(p) for p in tasks], [Path(p) for p in pairs]))
+    return str(stages.fill(Path(work), [Path(p) for p in tasks], [Path(p) for p in pairs]))
+
+
+@task
+def assemble(work: str, source: str, tasks: list[str], pairs: list[str], filled: str) -> str:
+    from pipeline import stages
+
+    paths = [Path(p) for p in tasks], [Path(p) for p in pairs]
+    return str(stages.assemble(Path(work), Path(source), *paths, Path(filled)))
 
 
 @task
@@ -148,6 +165,7 @@ STAGE_TASKS: dict[str, Task[..., Any]] = {
     "fingerprint": fingerprint,
     "instantiate": instantiate,
     "pairs": pairs,
+    "fill": fill,
     "assemble": assemble,
     "pair_gate": pair_gate,
     "publish": publish,

@@ -44,6 +44,7 @@ class BuildConfig(BaseModel):
     test_size: int = PAPER_TEST_SIZE
     templates_dir: Path = DEFAULT_TEMPLATES
     pairs_per_cell: int | None = Field(default=None, ge=1)  # cap per intent x scope x level x sub-type (ablations)
+    fill_tasks: int = Field(default=24, ge=0)  # further tasks per template tried for a cell with no pair (0: none)
 
     @model_validator(mode="after")
     def _known_names(self) -> BuildConfig:
@@ -137,6 +138,7 @@ def manifest_of(
     split_report: SplitReport,
     labels: list[LabelRecord],
     verified_count: int,
+    filled: dict[str, Any],
 ) -> dict[str, Any]:
     return {
         "version": config.version,
@@ -156,6 +158,7 @@ def manifest_of(
             "published": sum(lab.condition == "noise" for lab in labels),
             "split": split_report.model_dump(),
             "counts": counts_by_cell(labels),
+            "filled_cells": filled,
         },
         "rejections": {f"{t}/{s}/{r}": n for (t, s, r), n in sorted(rejected.items())},
     }

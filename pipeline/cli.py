@@ -245,6 +245,9 @@ def build(
     scopes: Annotated[list[str] | None, typer.Option(help="patient,population")] = None,
     test_size: Annotated[int, typer.Option(help="test pairs wanted (balanced over scope x level)")] = 1008,
     pairs_per_cell: Annotated[int | None, typer.Option(help="cap per intent x scope x level x sub-type")] = None,
+    fill_tasks: Annotated[
+        int, typer.Option(help="further tasks per template tried for an intent x sub-type cell with no pair")
+    ] = 24,
     workers: Annotated[int, typer.Option(help="processes verifying pairs (the files do not depend on it)")] = 1,
     skip_source_gate: Annotated[
         bool, typer.Option(help="leave out the source database's gate (run by default)")
@@ -275,6 +278,7 @@ def build(
             per_template=per_template,
             test_size=test_size,
             pairs_per_cell=pairs_per_cell,
+            fill_tasks=fill_tasks,
             **options,
         )
     except ValueError as exc:
@@ -316,6 +320,9 @@ def _print_release(release: Path) -> None:
         f"(test {pairs['split']['test']:,}, train {pairs['split']['train']:,}, "
         f"{pairs['split']['per_cell']} per test cell)"
     )
+    unfilled = sorted(cell for cell, fill in pairs.get("filled_cells", {}).items() if not fill["kept"])
+    if unfilled:
+        out.print(f"intent/sub-type cells with no pair: {', '.join(unfilled)}")
 
 
 def _register_tool_commands() -> None:

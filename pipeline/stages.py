@@ -34,6 +34,7 @@ from pipeline.build import (
 )
 from pipeline.db import open_source
 from pipeline.noise.verify import NoisePair
+from pipeline.release.fill import fill_cells
 from pipeline.release.pairs import candidate_pairs, choose_pairs
 from pipeline.release.publish import publish_release
 from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord
@@ -329,13 +330,40 @@ def merged_pairs(pairs_dirs: Iterable[Path]) -> tuple[dict[str, list[NoisePair]]
     return verified, rejected
 
 
-def assemble(work: Path, source: Path, tasks_dirs: list[Path], pairs_dirs: list[Path]) -> Path:
-    """Merge the shards, choose one pair per clean task, cap cells, split, and write the release records and
-    the manifest (without file hashes) to `assembled/`."""
+def fill(work: Path, tasks_dirs: list[Path], pairs_dirs: list[Path], progress: Progress | None = None) -> Path:
+    """Pairs for the intent x sub-type cells that no shard's pair covers, from further clean tasks
+    (`filled/pairs.jsonl`, `rejected.json` as a shard's, and `cells.json`: what each cell took)."""
 
     def write(tmp: Path) -> None:
         config = load_config(work)
-        verified, rejected = merged_pairs(pairs_dirs)
+        verified, _ = merged_pairs(pairs_dirs)
+        tasks = [t for tasks_dir in tasks_dirs for t in _read_jsonl(Path(tasks_dir) / "tasks.jsonl", CleanTask)]
+        with open_source(config.db) as con:
+            found, rejected, cells = fill_cells(
+                con,
+                tasks,
+                verified,
+                select_templates(config),
+                select_subtypes(config),
+                config.seed,
+                draw=config.fill_tasks,
+                want=config.per_template,
+                on_cell=lambda n, total: progress and progress("fill", n, total),
+            )
+        _write_text(tmp / "pairs.jsonl", _jsonl(p for task_id in sorted(found) for p in found[task_id]))
+        _write_text(tmp / "rejected.json", json.dumps(sorted([*key, n] for key, n in rejected.items())) + "\n")
+        _write_text(tmp / "cells.json", json.dumps({k: v.model_dump() for k, v in cells.items()}, indent=1) + "\n")
+
+    return produce(Path(work) / "filled", write)
+
+
+def assemble(work: Path, source: Path, tasks_dirs: list[Path], pairs_dirs: list[Path], filled: Path) -> Path:
+    """Merge the shards and the filled cells, choose one pair per clean task, cap cells, split, and write the
+    release records and the manifest (without file hashes) to `assembled/`."""
+
+    def write(tmp: Path) -> None:
+        config = load_config(work)
+        verified, rejected = merged_pairs([*pairs_dirs, filled])
         pairs = cap_per_cell(choose_pairs(verified, config.seed), config.pairs_per_cell, config.seed)
         split, split_report = assign_splits(pairs, config.seed, config.test_size)
         templates = select_templates(config)
@@ -350,6 +378,7 @@ def assemble(work: Path, source: Path, tasks_dirs: list[Path], pairs_dirs: list[
             split_report,
             labels,
             sum(map(len, verified.values())),
+            json.loads((Path(filled) / "cells.json").read_text()),
         )
         for name, records in (("tasks", tasks), ("labels", labels), ("patches", patches)):
             _write_text(tmp / f"{name}.jsonl", _jsonl(records))

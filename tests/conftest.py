@@ -86,13 +86,15 @@ def synthetic_1000(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _every_template_release(db: Path, tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
-    """`<name>-v1`: every template on `db`, one task each, every default sub-type, the pair gate skipped."""
+    """`<name>-v1`: every template on `db`, one task each, every default sub-type, no cell filling, the pair gate
+    skipped."""
     from pipeline.build import BuildConfig
     from pipeline.stages import run_build
 
     def build(folder: Path) -> None:
         run_build(
-            BuildConfig(db=db, releases_dir=folder, version=f"{name}-v1", per_template=1),
+            # agents and readers need a pair per template, not every intent x sub-type cell filled
+            BuildConfig(db=db, releases_dir=folder, version=f"{name}-v1", per_template=1, fill_tasks=0),
             gate=lambda *_: SkippedGate(),
         )
 

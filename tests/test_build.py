@@ -173,6 +173,7 @@ def test_a_failed_build_publishes_nothing_and_a_rerun_resumes_from_its_stage_out
     assert _visible(tmp_path) == [] and sorted(os.listdir(stages.work_dir(config))) == [
         "assembled",
         "config.json",
+        "filled",
         "pairs",
         "source.json",
         "tasks",
@@ -183,6 +184,7 @@ def test_a_failed_build_publishes_nothing_and_a_rerun_resumes_from_its_stage_out
 
     monkeypatch.setattr(stages, "instantiate", recomputed)
     monkeypatch.setattr(stages, "candidate_pairs", recomputed)
+    monkeypatch.setattr(stages, "fill_cells", recomputed)
     release = run_build(config)
     assert _visible(tmp_path) == ["v1"] and release == tmp_path / "v1" and not (tmp_path / ".work").exists()
 

@@ -189,6 +189,7 @@ def test_run_stages_walks_the_table_mapping_per_shard_stages(monkeypatch: pytest
         "instantiate",
         "pairs",
         "pairs",
+        "fill",
         "assemble",
         "pair_gate",
         "publish",
@@ -196,7 +197,9 @@ def test_run_stages_walks_the_table_mapping_per_shard_stages(monkeypatch: pytest
     args = dict(zip([f"{n}{i}" for i, n in enumerate(names, 1)], [a for _, a in calls]))
     assert args["instantiate4"] == ("prepare1", "a") and args["instantiate5"] == ("prepare1", "b")
     assert args["pairs6"] == ("prepare1", "instantiate4") and args["pairs7"] == ("prepare1", "instantiate5")
-    assert args["assemble8"] == ("prepare1", "fingerprint3", ["instantiate4", "instantiate5"], ["pairs6", "pairs7"])
+    assert args["fill8"] == ("prepare1", ["instantiate4", "instantiate5"], ["pairs6", "pairs7"])
+    shards = (["instantiate4", "instantiate5"], ["pairs6", "pairs7"])
+    assert args["assemble9"] == ("prepare1", "fingerprint3", *shards, "fill8")
     calls.clear()
     stages.run_stages(config, skip=("source_gate",))
     assert "source_gate" not in [name for name, _ in calls]

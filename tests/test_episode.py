@@ -144,9 +144,11 @@ def test_sql_tool_returns_rows_and_refuses_a_write(release: Release):
 def test_python_tool_reaches_the_data_through_the_gateway_only(release: Release):
     with release.episode(release.tasks()[0].task_id) as ep:
         ok = ep.call("python", {"code": "df = sql('SELECT count(*) AS n FROM admissions')\nprint(df['n'][0])"})
+        via_sql = ep.call("sql", {"query": "SELECT count(*) AS n FROM admissions"})
         bad = ep.call("python", {"code": "print(open('/etc/hostname').read())"})
         trajectory = ep.trajectory("probe")
-    assert ok.ok and ok.content.strip() == str(_count(release, "admissions"))
+    # the episode's own view of the data (a noisy task may hide admissions): the same count as its sql tool
+    assert ok.ok and ok.content.strip() == str(via_sql.rows[0][0]) and via_sql.rows[0][0] > 0
     assert not bad.ok and "PermissionError" in bad.content
     assert [(q.via, q.ok, q.row_count) for q in trajectory.calls[0].queries] == [("python", True, 1)]
 

@@ -27,11 +27,10 @@ from pipeline.noise.encounters import (
     outside_sql,
     parent_encounter,
 )
-from pipeline.noise.measurements import measurement_tables, plausible_ranges
+from pipeline.noise.measurements import impossible_sql, measurement_tables, plausible_ranges
 from pipeline.noise.rules import fixes_unit
 from pipeline.noise.subtypes.conflicting_duplicate import record_of
 from pipeline.noise.subtypes.displaced_time import TIME_COLUMNS
-from pipeline.noise.subtypes.implausible_value import impossible_sql
 from pipeline.noise.subtypes.placeholder_value import placeholder_rule, value_columns
 from pipeline.noise.subtypes.unit_mismatch import Units, units_of, wrong_unit_rule
 from pipeline.source.schema import load_schema

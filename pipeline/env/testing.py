@@ -32,5 +32,6 @@ def build_small_release(
         seed=5,
         subtypes=SMALL_SUBTYPES,
         intents=intents or ["laboratory", "encounter"],
+        fill_tasks=0,  # the episodes need pairs, not every intent x sub-type cell
     )
     return run_build(config, gate=_NoGate)

@@ -6,7 +6,8 @@ Answer Match compares the final answer with the label's expected answer under th
 Units are normalised through `unit_aliases.yaml`; a number given without a unit takes the expected unit (the task's
 answer format states it), and one given in another unit of the same dimension is converted through
 `unit_conversions.yaml` before the tolerance applies. A repair contract is matched against its repaired expected
-value.
+value. A noisy label's `accepted` answers (other readings a careful analyst may give: a conflicting record's copies
+kept in turn, the corroborated true time of a displaced event) pass Answer Match as well.
 
 Abstention Validity holds for an expected NULL when the answer is NULL and a successful gateway statement (via
 `sql` or `python`) covered the evidence on the clean source (`pipeline.env.abstention`: its predicates on a table
@@ -40,7 +41,8 @@ from pipeline.templates.answers import AnswerValue
 from pipeline.templates.registry import load_templates
 from pipeline.templates.spec import Answer, AnswerType, Template
 
-RULE_VERSION = 2  # 2: abstention validity from evidence coverage; unit-free and converted-unit numbers match
+RULE_VERSION = 3  # 2: abstention validity from evidence coverage; unit-free and converted-unit numbers match
+# 3: a label's accepted answers (other defensible readings) pass Answer Match
 _NUMBER_EPSILON = 1e-9  # floating-point slack on top of the template's tolerance
 _RECORD_TOLERANCE = 1e-6
 
@@ -78,6 +80,8 @@ def verify(
             abstention_valid=None,
             reasons=[f"no answer: {why} without an answer call"],
         )
+    if answer.value is not None and any(not answer_mismatches(a, answer, template.spec.answer) for a in label.accepted):
+        return Verdict(passed=True, answer_match=True, abstention_valid=None)  # another defensible reading
     if label.expected.value is None:
         return _verify_abstention(label, answer, trajectory, template, source)
     reasons = answer_mismatches(label.expected, answer, template.spec.answer)

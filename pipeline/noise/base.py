@@ -32,6 +32,9 @@ class NoisyTwin:
     `reference_sql(slots)` renders the noisy reference SQL; `reference_python(tables, slots)` computes the
     same answer in polars. Both run on the overlay and must return `expected` (None = abstain).
     `inspect` names the evidence an agent must have looked at: a table filtered on the entity.
+    `readings` are SQL programs (on the overlay) whose answers a careful analyst may give as well (each copy of a
+    conflicting record kept in turn); `accepts_clean`: the clean answer may be given as well (the true time of a
+    displaced event that other records corroborate). The careless reading must differ from every one of them.
     """
 
     patch: Patch
@@ -40,6 +43,8 @@ class NoisyTwin:
     reference_sql: str
     reference_python: Any
     inspect: dict[str, Any]
+    readings: tuple[str, ...] = ()
+    accepts_clean: bool = False
 
 
 class NoiseSubtype(ABC):

@@ -13,13 +13,19 @@ from sqlglot import expressions as exp
 
 def excluding_sql(gold_sql: str, table: str, invalid_sql: str) -> str:
     """`gold_sql` reading only rows of `table` for which the boolean SQL `invalid_sql` is not true."""
+    return reading_from(gold_sql, {table: f"SELECT * FROM {table} WHERE NOT coalesce(({invalid_sql}), FALSE)"})
+
+
+def reading_from(gold_sql: str, views: dict[str, str]) -> str:
+    """`gold_sql` with every unqualified reference to a table of `views` reading that view's SELECT instead (the
+    SELECT may name the table itself: it then reads the table as the connection sees it)."""
     tree = sqlglot.parse_one(gold_sql, dialect="duckdb")
     for node in list(tree.find_all(exp.Table)):
-        if node.name != table or node.db:
+        if node.name not in views or node.db:
             continue
-        alias = node.alias or table
-        valid = f"(SELECT * FROM {table} WHERE NOT coalesce(({invalid_sql}), FALSE)) AS {alias}"
-        node.replace(sqlglot.parse_one(f"SELECT * FROM {valid}", dialect="duckdb").args["from_"].this)
+        alias = node.alias or node.name
+        view = f"({views[node.name]}) AS {alias}"
+        node.replace(sqlglot.parse_one(f"SELECT * FROM {view}", dialect="duckdb").args["from_"].this)
     return tree.sql(dialect="duckdb")
 
 

@@ -40,6 +40,28 @@ def plausible_ranges() -> dict[str, dict[int, PlausibleRange]]:
     return {table: {int(item): PlausibleRange(**spec) for item, spec in items.items()} for table, items in raw.items()}
 
 
+def impossible_sql(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) -> str:
+    """True for a row whose number lies outside its item's possible range."""
+    return " OR ".join(
+        f"({facts.item} = {item} AND ({facts.number} < {r.low} OR {facts.number} > {r.high}))"
+        for item, r in sorted(ranges.items())
+    )
+
+
+def impossible_on_source(con, table: str, keys: list[dict]) -> bool:
+    """Some of these rows of a measurement table already hold an impossible number in the clean source (blind
+    audit 20: three Celsius temperatures charted 97.2-99.0, Fahrenheit numbers): a careful analyst would mend
+    them too, so the gold answer read as it stands is no answer to score against."""
+    from pipeline.noise.evidence import keyed_rows  # evidence imports the templates; measurements stays light
+
+    facts, ranges = measurement_tables().get(table), plausible_ranges().get(table)
+    if facts is None or not ranges or not keys:
+        return False
+    with keyed_rows(con, table, keys) as rows:
+        found = con.sql(f"SELECT 1 FROM ({rows()}) {table} WHERE {impossible_sql(facts, ranges)} LIMIT 1")
+        return bool(found.fetchall())
+
+
 @dataclass(frozen=True)
 class Precision:
     """How an item's real rows write their numbers: decimals the number uses, decimals its text shows."""

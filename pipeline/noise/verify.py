@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from pipeline.db import scalar
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected
 from pipeline.noise.evidence import keyed_rows
+from pipeline.noise.measurements import impossible_on_source
 from pipeline.noise.overlay import overlay, overlay_diff, polars_overlay
 from pipeline.noise.patch import Patch
 from pipeline.noise.recovery import check_recovery
@@ -50,6 +51,7 @@ class NoisePair(BaseModel):
     naive_answer: AnswerValue | None
     trap: bool  # the naive reading answers, and wrongly
     inspect: dict[str, Any]
+    accepted: list[AnswerValue] = []  # other answers a careful analyst may give (NoisyTwin.readings, accepts_clean)
 
 
 def _answer(frame_fn, template: Template, reason: str) -> AnswerValue:
@@ -144,6 +146,8 @@ def verify_pair(
     rng = np.random.default_rng(
         [seed, int(hashlib.sha256(f"{task.task_id}/{subtype.name}".encode()).hexdigest()[:12], 16)]
     )
+    if _impossible_evidence(con, task):
+        raise Rejected("clean_evidence_impossible")  # the clean record needs mending before it answers
     twin = subtype.make(con, task, template, rng)
     slots = typed_slots(template, {**task.slots, **twin.patch.slots})
     tables = tables_for(tables, template, slots)  # patient questions: that patient's rows only
@@ -156,6 +160,9 @@ def verify_pair(
         _check_diff(con, twin.patch, matched)
         naive = _naive_answer(con, template, slots)
         check_recovery(con, Case(template, slots, twin.patch, twin.contract, expected, naive))  # careful analyst
+        accepted = _accepted(con, twin, template, task.answer, expected)
+    if naive is not None and any(_reads_alike(naive, other, template) for other in accepted):
+        raise Rejected("naive_is_a_defensible_reading")  # the careless answer is one a careful analyst may give
     question = render(template.spec.questions[task.phrasing], {**task.slots, **twin.patch.slots}).strip()
     if len(REVEALING.findall(question)) > len(REVEALING.findall(task.question)):
         raise Rejected("question_reveals_noise")
@@ -179,4 +186,27 @@ def verify_pair(
         naive_answer=naive,
         trap=trap,
         inspect=twin.inspect,
+        accepted=accepted,
     )
+
+
+def _impossible_evidence(con, task: CleanTask) -> bool:
+    """The task's evidence rows (one measurement table) already hold an impossible number in the clean source."""
+    tables = {row["table_name"] for row in task.evidence}
+    if len(tables) != 1:
+        return False
+    keys = [{c: v for c, v in row.items() if c != "table_name"} for row in task.evidence]
+    return impossible_on_source(con, tables.pop(), keys)
+
+
+def _accepted(con, twin: NoisyTwin, template: Template, clean: AnswerValue, expected: AnswerValue) -> list:
+    """The other definite answers a careful analyst may give: the twin's readings on the overlay, and the clean
+    answer where the twin accepts it; none equal to `expected` or to each other."""
+    found = [clean] if twin.accepts_clean else []
+    for sql in twin.readings:
+        found.append(_answer(lambda sql=sql: con.sql(sql).pl(), template, "reading_error"))
+    accepted: list[AnswerValue] = []
+    for answer in found:
+        if not is_empty(answer) and not any(_same(answer, a, template) for a in [expected, *accepted]):
+            accepted.append(answer)
+    return accepted

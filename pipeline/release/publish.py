@@ -16,7 +16,14 @@ from pipeline.release.report import release_report
 from pipeline.release.scoring import write_scoring
 from pipeline.templates.spec import Template
 
-JSON_FIELDS = ("slots", "expected", "evidence", "inspect", "naive_answer")  # shapes vary: JSON text in Parquet
+JSON_FIELDS = (
+    "slots",
+    "expected",
+    "evidence",
+    "inspect",
+    "naive_answer",
+    "accepted",
+)  # shapes vary: JSON text in Parquet
 ANSWER_FORMAT = pl.Struct({"type": pl.String, "unit": pl.String, "ordered": pl.Boolean, "records": pl.List(pl.String)})
 TASK_SCHEMA = {name: pl.String for name in TaskRecord.model_fields} | {"answer_format": ANSWER_FORMAT}
 LABEL_SCHEMA = {

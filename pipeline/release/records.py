@@ -56,6 +56,9 @@ class LabelRecord(BaseModel):
     inspect: dict[str, Any] | None
     naive_answer: AnswerValue | None  # noise only: the clean program run on the noisy data
     trap: bool | None
+    # noise only: other answers a careful analyst may give (a conflicting record's copies kept in turn; the true
+    # time of a displaced event that other records corroborate); Answer Match passes on any of them too
+    accepted: list[AnswerValue] = []
 
 
 class PatchRecord(BaseModel):
@@ -136,6 +139,7 @@ def records_of(pair: NoisePair, split: str, spec: Answer) -> tuple[list[TaskReco
             inspect=pair.inspect,
             naive_answer=pair.naive_answer,
             trap=pair.trap,
+            accepted=pair.accepted,
             **common,
         ),
     ]

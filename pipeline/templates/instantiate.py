@@ -182,19 +182,7 @@ def instantiate(
     """Up to `per_template` agreeing tasks per template; everything dropped is counted by reason."""
     tables, report, tasks = Tables(con), InstantiationReport(), []
     for template in templates:
-        rng = template_rng(template.id, seed)
-        gold_python, drop = load_python_program(template), _DropCounter(report, template.id)
-        kept: list[CleanTask] = []
-        for raw in sample_slots(con, template, per_template * OVERSAMPLE, rng):
-            if len(kept) == per_template:
-                break
-            slots = typed_slots(template, raw)
-            task = _attempt(con, tables, template, gold_python, slots, drop)
-            if task is not None:
-                phrasing = int(rng.integers(len(template.spec.questions)))
-                task.phrasing = phrasing
-                task.question = render(template.spec.questions[phrasing], task.slots).strip()
-                kept.append(task)
+        kept = instantiate_template(con, tables, template, per_template, template_rng(template.id, seed), report)
         if len(kept) < per_template:
             report.shortfall[template.id] = per_template - len(kept)
         report.kept[template.id] = len(kept)
@@ -202,6 +190,49 @@ def instantiate(
         if on_template:
             on_template(template, len(kept))
     return tasks, report
+
+
+def more_tasks(
+    con: duckdb.DuckDBPyConnection,
+    tables: Tables,
+    template: Template,
+    count: int,
+    seed: int,
+    known: set[str],
+    report: InstantiationReport,
+) -> list[CleanTask]:
+    """Up to `count` further agreeing tasks of a template, none of the `known` task ids, from a draw of their own
+    (seeded by the template and the seed, apart from `instantiate`'s): the candidates that fill a cell."""
+    rng = template_rng(f"{template.id}/more", seed)
+    own = {k for k in known if k.startswith(f"{template.id}-")}
+    return instantiate_template(con, tables, template, count, rng, report, own)
+
+
+def instantiate_template(
+    con: duckdb.DuckDBPyConnection,
+    tables: Tables,
+    template: Template,
+    count: int,
+    rng: np.random.Generator,
+    report: InstantiationReport,
+    known: set[str] | frozenset[str] = frozenset(),
+) -> list[CleanTask]:
+    """Up to `count` agreeing tasks of one template from slots drawn by `rng`, skipping `known` task ids."""
+    gold_python, drop = load_python_program(template), _DropCounter(report, template.id)
+    kept: list[CleanTask] = []
+    for raw in sample_slots(con, template, (count + len(known)) * OVERSAMPLE, rng):
+        if len(kept) == count:
+            break
+        slots = typed_slots(template, raw)
+        if task_id(template, slots) in known:
+            continue
+        task = _attempt(con, tables, template, gold_python, slots, drop)
+        if task is not None:
+            phrasing = int(rng.integers(len(template.spec.questions)))
+            task.phrasing = phrasing
+            task.question = render(template.spec.questions[phrasing], task.slots).strip()
+            kept.append(task)
+    return kept
 
 
 def write_tasks(tasks: list[CleanTask], report: InstantiationReport, path: Path) -> None:

@@ -136,8 +136,10 @@ def _likely_anchors(
     (its declared hours from that row), the range's ends first so that a reading that moves with the anchor shows at
     once; None when the encounter has no event. The range ends at the earliest table's latest likely anchor; a
     table whose whole window lies after that began late (a first culture a week into the stay: blind audit 16) and
-    does not move the start."""
-    bounds, identity = [], None
+    does not move the start. The identity's other rows (`apart`: a patient's admissions do not overlap) bound it
+    too: a table whose window lies wholly before the previous row's end charted the previous stay (blind audit 20:
+    restraint orders carried over from an ED observation stay that ended 19 h after them)."""
+    bounds, firsts, identity = [], [], None
     for event in encounter["events"]:
         where = f"{encounter['key']} = {sql_literal(key)} AND {event['time']} IS NOT NULL" + (
             f" AND ({event['where']})" if event.get("where") else ""
@@ -149,13 +151,36 @@ def _likely_anchors(
         if first is not None:
             low, high = event["hours"]
             bounds.append((first + dt.timedelta(hours=low), first + dt.timedelta(hours=high)))
+            firsts.append(first)
             identity = identity or dict(zip(encounter["identity"], ids))
     if not bounds or identity is None:
+        return None
+    after, before = _apart_bounds(con, encounter, identity, key, max(firsts))
+    bounds = [(max(low, after), min(high, before)) for low, high in bounds if high >= after and low <= before]
+    if not bounds:
         return None
     end = min(high for _, high in bounds)  # every table's first event comes after the anchor, give or take
     start = max(low for low, _ in bounds if low <= end)  # a table whose window lies wholly later began late
     hours = int((end - start).total_seconds() // 3600)
     return identity, [start, end, *(t for h in range(1, hours + 1) if (t := start + dt.timedelta(hours=h)) < end)]
+
+
+def _apart_bounds(
+    con: duckdb.DuckDBPyConnection, encounter: dict[str, Any], identity: dict, key: Any, reference: dt.datetime
+) -> tuple[dt.datetime, dt.datetime]:
+    """The end of the identity's last other row that ended by `reference` and the start of its first other row that
+    began after it (the hidden row lies between them); the calendar's ends where there is none."""
+    apart = encounter.get("apart")
+    if not apart:
+        return dt.datetime.min, dt.datetime.max
+    same = " AND ".join(f"{c} = {sql_literal(v)}" for c, v in identity.items())
+    start, end = apart["start"], apart["end"]
+    after, before = con.execute(
+        f"SELECT max({end}) FILTER (WHERE {end} <= $ref), min({start}) FILTER (WHERE {start} >= $ref) "
+        f"FROM {encounter['table']} WHERE {same} AND {encounter['key']} <> $key",
+        {"ref": reference, "key": key},
+    ).fetchall()[0]
+    return after or dt.datetime.min, before or dt.datetime.max
 
 
 def _spread(start: dt.datetime, end: dt.datetime, samples: int) -> list[dt.datetime]:

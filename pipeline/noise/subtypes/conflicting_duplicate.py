@@ -16,8 +16,10 @@ import polars as pl
 
 from pipeline.noise.base import NoiseSubtype, Rejected, register
 from pipeline.noise.code_fit import fitting_codes, sex_ranges
+from pipeline.noise.exclusion import reading_from
 from pipeline.noise.fresh_ids import fresh_ids
 from pipeline.noise.measurements import item_precision, item_span, measurement_tables
+from pipeline.noise.overlay import source_catalog
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import (
     Evidence,
@@ -32,7 +34,7 @@ from pipeline.noise.rules import (
     table_evidence,
     time_shift,
 )
-from pipeline.noise.siblings import kept_elsewhere, sibling_patch
+from pipeline.noise.siblings import companions, kept_elsewhere, sibling_patch
 from pipeline.templates.render import sql_literal
 
 FACTORS = (1.1, 1.2, 1.25, 1.5)  # a numeric duplicate: the original times one of these
@@ -151,12 +153,16 @@ def measured_other(con, ev: Evidence, row: dict, rng) -> dict:
 
 
 def conflicting_copies(con, ev: Evidence, record: Record, rows: list[dict], rng) -> list[dict]:
-    """The rows again, each with a different value (a measurement's text follows its number, a text value the
-    columns that state it: `follow` in duplicates.yaml)."""
+    """The rows again, each with a different value (a measurement's text follows its number, and so do the
+    companions that state the same number, siblings.yaml; a text value the columns that state it: `follow` in
+    duplicates.yaml)."""
     copies = []
     for row in rows:
         if ev.facts:
             changed = measured_other(con, ev, row, rng)
+            number = ev.facts.number
+            # a companion that states the same number (a bolus's total and original amount) states the copy's
+            changed |= {c: changed[number] for c in companions(ev.table, number) if row.get(c) == row[number]}
         else:
             value = other_value(con, record, row, rng)
             changed = {record.value: value, **followers(con, record, row, value)}
@@ -175,7 +181,9 @@ class ConflictingDuplicate(NoiseSubtype):
         "evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads, and its "
         "position (seq_num) where the table has one"
     )
-    version = 8  # 8: not a result its sample computes (an anion gap from its electrolytes); the copy's columns that
+    version = 9  # 9: an ICU stay conflicts on its unit, not on its end (the transfers and los keep it); a copy's
+    # companions that state its number follow it (blind audit 21: a 583 mL bolus copy kept its total of 700)
+    # 8: not a result its sample computes (an anion gap from its electrolytes); the copy's columns that
     # state its value follow it (duplicates.yaml `follow`: an R reading takes a resistant MIC, blind audit 16; an APR
     # severity its usual mortality risk, blind audit 17)
     # 2: the Python rule counts conflicts among the evidence items only, as the SQL rule does
@@ -210,4 +218,16 @@ class ConflictingDuplicate(NoiseSubtype):
         copies = conflicting_copies(con, ev, record, originals, rng)
         patch = Patch(tables={ev.table: TablePatch(key_columns=ev.key_columns, add=copies)})
         patch = sibling_patch(con, ev.table, originals, copies, patch, replace=False)  # the order's pharmacy row too
-        return scoped_twin(task, template, ev, patch, rule)
+        twin = scoped_twin(task, template, ev, patch, rule)
+        if not is_patient(template):  # leaving the conflicting records out is one reading; keeping either copy too
+            twin.accepts_clean, twin.readings = True, (copies_only_sql(con, task.gold_sql, record, originals),)
+        return twin
+
+
+def copies_only_sql(con, gold_sql: str, record: Record, originals: list[dict]) -> str:
+    """The gold SQL reading each conflicting record by its added copy alone (its source rows left out)."""
+    group = ", ".join(record.group)
+    tuples = ", ".join("(" + ", ".join(sql_literal(row[c]) for c in record.group) + ")" for row in originals)
+    source = f'"{source_catalog(con)}".main.{record.table}'
+    view = f"SELECT * FROM {record.table} EXCEPT ALL SELECT * FROM {source} WHERE ({group}) IN ({tuples})"
+    return reading_from(gold_sql, {record.table: view})

@@ -3,16 +3,17 @@
 The row keeps its hadm_id / stay_id but its time now lies 2-12 h (1-3 days, for a date) before the admission's
 admittime (the ICU stay's intime, for a stay question) beyond the lead by which rows of its table routinely
 precede their encounter (`ROUTINE_LEAD_HOURS`, 24 h), so it is also outside any first-24-h window. The offset is
-drawn at the column's own granularity (prescriptions on the hour, eMAR and labs to the minute, ICU stays to the
-second) and the target is not a round number of hours from the admission. Store and schedule times keep their
-distance to the moved time; a duration's other end stays put when the question measures the duration (its
-length changes), else it moves too. Sibling rows keeping the time (siblings.yaml: a lab's specimen, the pharmacy
-row of a prescription, the ICU transfer of a stay and the transfers that end and begin at its ends) move by the
-same shift; a candidate whose moved sibling would end before it starts is rejected (`sibling_keeps_the_time`: the
-transfer before an ICU stay keeps the stay's true start).
+drawn at the column's own granularity (prescriptions on the hour, eMAR and labs to the minute) and the target is
+not a round number of hours from the admission. Store and schedule times keep their distance to the moved time; a
+duration's other end stays put when the question measures the duration (its length changes), else it moves too.
+Sibling rows keeping the time (siblings.yaml: a lab's specimen, the pharmacy row and provider order of a
+prescription) move by the same shift; a candidate whose moved sibling would end before it starts is rejected
+(`sibling_keeps_the_time`). ICU stays are not moved: the transfers and the admission fix their times.
 Patient scope: abstain (guard: an evidence row's time lies outside its encounter's window and lead), rejected
 when the question is still answered the same without the moved row, or when a first-time question has another
 qualifying row. Population scope: repair by answering over the rows inside their encounter's window and lead.
+Either scope also accepts the clean answer: other records may place the moved event at its true time (blind audit
+20: a dialysis date read off the catheter placed, the dialysis ordered and the heparin lock given that day).
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ TIME_COLUMNS = {
 class DisplacedTime(NoiseSubtype):
     name = "displaced_time"
     level = "record"
-    version = 7  # 7: a moved ICU stay's neighbouring transfers move with it (the one before ends, the one after
+    version = 8  # 8: not ICU stays (the transfers and the admission fix their times); the clean answer is accepted
+    # 7: a moved ICU stay's neighbouring transfers move with it (the one before ends, the one after
     # starts, at the stay's ends: blind audit 16)
     # 6: not where another table may record the same event (an ICU procedure for a billed one)
     # 5: a moved order start moves its pharmacy entry/verification times and its provider order too
@@ -87,9 +89,7 @@ class DisplacedTime(NoiseSubtype):
         count = 1 if patient else min(MAX_DISPLACED, max(1, len(inside) // 2))
         chosen = [inside[i] for i in sorted(rng.choice(len(inside), count, replace=False))]
         moving, step = moved_columns(table, task.gold_sql), granularity(con, table, time)
-        moved = [
-            _rederived(_displace(row, moving, start, lead, step, rng), timed_tables()[table]) for row, start in chosen
-        ]
+        moved = [_displace(row, moving, start, lead, step, rng) for row, start in chosen]
         before = [r for r, _ in chosen]
         if witnessed(con, table, before):
             raise Rejected("witnessed_elsewhere")
@@ -108,6 +108,7 @@ class DisplacedTime(NoiseSubtype):
                 excluding_sql(task.gold_sql, table, outside),
                 _excluding_outside(gold, table, enc, time, lead),
                 inspect,
+                accepts_clean=True,
             )
         _reject_if_still_answered(con, task, template, table, _keys(before, key_columns))
         new_keys = _keys(moved, key_columns)  # the guard reads the moved rows (their key may hold the time)
@@ -124,6 +125,7 @@ class DisplacedTime(NoiseSubtype):
             guarded_sql(task.gold_sql, table, new_keys, f"EXISTS (SELECT 1 FROM evidence e WHERE {outside})"),
             with_tables(reference),
             inspect,
+            accepts_clean=True,
         )
 
 
@@ -191,15 +193,6 @@ def _displace(row: dict, columns: list[str], start, lead: int, step: dt.timedelt
     else:
         shift = dt.timedelta(days=(start.date() - main).days - lead // 24 - int(rng.integers(1, 4)))
     return {**row, **{c: row[c] + shift for c in columns if row[c] is not None}}
-
-
-def _rederived(row: dict, spec: dict) -> dict:
-    """The row with its written-out durations (`derived`: {column: seconds per unit}) recomputed from its moved
-    ends: a stay whose intime moved does not keep its old `los` for a careful reader to recover."""
-    start, end = row[spec["time"]], row.get(spec.get("end"))
-    if start is None or end is None:
-        return row
-    return {**row, **{column: (end - start).total_seconds() / unit for column, unit in spec.get("derived", {}).items()}}
 
 
 def _reject_if_still_answered(con, task, template, table: str, hidden: list[dict]) -> None:

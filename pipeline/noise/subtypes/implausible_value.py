@@ -16,6 +16,7 @@ from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.measurements import (
     MeasurementTable,
     PlausibleRange,
+    impossible_sql,
     item_precision,
     measurement_tables,
     plausible_ranges,
@@ -28,14 +29,6 @@ from pipeline.templates.programs import load_python_program
 MAX_ALTERED = 3  # population level: how many of the cohort's measurements become impossible
 SLIPS = (10, 100, 1000)  # a decimal point moved one to three places: what a careful analyst undoes
 DRAWS = 20  # tries at an impossible number that is no slip
-
-
-def impossible_sql(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) -> str:
-    """True for a row whose number lies outside its item's possible range."""
-    return " OR ".join(
-        f"({facts.item} = {item} AND ({facts.number} < {r.low} OR {facts.number} > {r.high}))"
-        for item, r in sorted(ranges.items())
-    )
 
 
 def impossible_expr(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) -> pl.Expr:

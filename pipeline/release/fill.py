@@ -1,0 +1,104 @@
+"""Fill the intent x sub-type cells no verified pair covers: further clean tasks of the templates the sub-type
+applies to, verified for that sub-type only, until the cell holds `want` pairs or the draw is spent.
+
+A sub-type that applies to a template can still reject every sampled task of it for good reasons (on the demo,
+a hidden admission's time is placed by its own events for 17 of 20 first-day lab questions); the build then
+draws more tasks for that cell instead of publishing an intent without the sub-type. Each cell's attempts and
+rejections are counted like the others'; a cell the draw cannot fill is reported as such."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import duckdb
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.noise.base import NoiseSubtype
+from pipeline.noise.verify import NoisePair
+from pipeline.release.pairs import CHUNK, candidate_pairs
+from pipeline.templates.instantiate import CleanTask, InstantiationReport, more_tasks
+from pipeline.templates.programs import Tables
+from pipeline.templates.spec import Template
+
+Cell = tuple[str, str]  # (intent, sub-type)
+
+
+class CellFill(BaseModel):
+    """What filling one cell took: further clean tasks tried, pairs verified, pairs kept."""
+
+    model_config = ConfigDict(extra="forbid")
+    templates: list[str]
+    tried: int = 0
+    verified: int = 0
+    kept: int = 0
+
+
+def applicable_cells(templates: list[Template], subtypes: dict[str, NoiseSubtype]) -> dict[Cell, list[Template]]:
+    """(intent, sub-type) -> the templates of the intent that list the sub-type and that it applies to."""
+    cells: dict[Cell, list[Template]] = {}
+    for template in templates:
+        for name in template.spec.noise:
+            if name in subtypes and subtypes[name].applies(template):
+                cells.setdefault((template.spec.intent, name), []).append(template)
+    return dict(sorted(cells.items()))
+
+
+def empty_cells(
+    verified: dict[str, list[NoisePair]], templates: list[Template], subtypes: dict[str, NoiseSubtype]
+) -> dict[Cell, list[Template]]:
+    """The applicable cells without a verified pair."""
+    covered = {(p.clean.intent, p.subtype) for pairs in verified.values() for p in pairs}
+    return {cell: ts for cell, ts in applicable_cells(templates, subtypes).items() if cell not in covered}
+
+
+def fill_cells(
+    con: duckdb.DuckDBPyConnection,
+    tasks: list[CleanTask],
+    verified: dict[str, list[NoisePair]],
+    templates: list[Template],
+    subtypes: dict[str, NoiseSubtype],
+    seed: int,
+    *,
+    draw: int,
+    want: int,
+    on_cell: Callable[[int, int], None] | None = None,
+) -> tuple[dict[str, list[NoisePair]], Counter, dict[str, CellFill]]:
+    """Pairs for the empty cells (by clean task id; one sub-type per task, a task fills one cell), the
+    rejections met on the way by (template, sub-type, reason), and what each cell took. `draw` further tasks per
+    template of a cell are tried in batches, in round-robin order over its templates, until `want` verify (in this
+    process: a cell needs few tasks, and stops at the batch that fills it)."""
+    empty = empty_cells(verified, templates, subtypes)
+    known = {t.task_id for t in tasks}
+    tables, by_id = Tables(con), {t.id: t for t in templates}
+    drawn: dict[str, list[CleanTask]] = {}
+    found: dict[str, list[NoisePair]] = {}
+    rejected: Counter = Counter()
+    report: dict[str, CellFill] = {}
+    for done, ((intent, name), cell_templates) in enumerate(empty.items(), start=1):
+        for template in cell_templates:
+            if template.id not in drawn:
+                drawn[template.id] = more_tasks(con, tables, template, draw, seed, known, InstantiationReport())
+        queue = [t for t in _round_robin([drawn[t.id] for t in cell_templates]) if t.task_id not in found]
+        fill = report[f"{intent}/{name}"] = CellFill(templates=[t.id for t in cell_templates])
+        for start in range(0, len(queue), CHUNK):
+            chunk = queue[start : start + CHUNK]
+            pairs, chunk_rejected = candidate_pairs(con, chunk, by_id, {name: subtypes[name]}, seed)
+            rejected.update(chunk_rejected)
+            fill.tried += len(chunk)
+            fill.verified += len(pairs)
+            for task in chunk:
+                if task.task_id in pairs and fill.kept < want:
+                    found[task.task_id] = pairs[task.task_id]
+                    fill.kept += 1
+            if fill.kept >= want:
+                break
+        if on_cell:
+            on_cell(done, len(empty))
+    return found, rejected, report
+
+
+def _round_robin(lists: list[list[CleanTask]]) -> list[CleanTask]:
+    """The first of each list, then the second of each, and so on."""
+    longest = max(map(len, lists), default=0)
+    return [items[i] for i in range(longest) for items in lists if i < len(items)]
