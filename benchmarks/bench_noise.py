@@ -1,6 +1,6 @@
 """Benchmark the noise engine in one run: overlay vs copying the touched tables, a query on an overlay vs on
 the source, verified pairs per minute (one process, then a worker pool), and the pair counts by intent and
-sub-type with the rejection reasons.
+sub-type with the rejection reasons, and the cells the build's fill stage fills from further tasks.
 
 Usage: python benchmarks/bench_noise.py DB [--per-template K] [--seconds S] [--workers W] [--out FILE]
 (writes benchmarks/results/noise.json by default). Tasks are visited in a seeded random order, so a time budget
@@ -22,8 +22,9 @@ from pipeline.db import open_source
 from pipeline.noise.base import Rejected, subtypes
 from pipeline.noise.overlay import overlay, source_catalog
 from pipeline.noise.verify import verify_pair
+from pipeline.release.fill import applicable_cells, fill_cells
 from pipeline.release.pairs import candidate_pairs
-from pipeline.templates.instantiate import instantiate
+from pipeline.templates.instantiate import InstantiationReport, instantiate
 from pipeline.templates.programs import Tables
 from pipeline.templates.registry import load_templates
 
@@ -68,12 +69,6 @@ def parallel_rate(con, tasks, templates, workers: int) -> dict:
     }
 
 
-def applicable_cells(templates) -> set[tuple[str, str]]:
-    """(intent, sub-type) where some template of the intent lists a sub-type that applies to it."""
-    registry = subtypes()
-    return {(t.spec.intent, name) for t in templates for name in t.spec.noise if registry[name].applies(t)}
-
-
 def pair_counts(pairs, rejected: Counter, applicable: set[tuple[str, str]]) -> dict:
     """Verified pairs per intent x sub-type, the applicable cells without a pair, and rejections per sub-type and
     reason."""
@@ -88,6 +83,29 @@ def pair_counts(pairs, rejected: Counter, applicable: set[tuple[str, str]]) -> d
         "verified_by_intent_and_subtype": {i: dict(sorted(c.items())) for i, c in sorted(cells.items())},
         "applicable_without_pairs": empty,
         "rejected": reasons,
+    }
+
+
+def after_fill(con, tasks, pairs, templates, per_template: int, draw: int = 24) -> dict:
+    """What the build's fill stage adds: per applicable cell without a pair, the further tasks tried and pairs
+    kept, and the cells still empty after it."""
+    verified: dict = {}
+    for pair in pairs:
+        verified.setdefault(pair.clean.task_id, []).append(pair)
+    _, _, cells = fill_cells(
+        con,
+        tasks,
+        verified,
+        list(templates.values()),
+        subtypes(),
+        0,
+        draw=draw,
+        want=per_template,
+        drawing=InstantiationReport(),
+    )
+    return {
+        "filled_cells": {cell: fill.model_dump() for cell, fill in cells.items()},
+        "applicable_without_pairs_after_fill": sorted(cell for cell, fill in cells.items() if not fill.kept),
     }
 
 
@@ -174,8 +192,10 @@ def main() -> None:
     tasks = [tasks[i] for i in np.random.default_rng(0).permutation(len(tasks))]
     pairs, rejected, spent, visited = verify_for(con, tasks, templates, args.seconds)
     parallel = parallel_rate(con, tasks[:visited], templates, args.workers) if args.workers > 1 else None
-    applicable = applicable_cells(templates.values())
+    applicable = set(applicable_cells(list(templates.values()), subtypes()))
     counts = pair_counts(pairs, rejected, applicable)
+    # the fill stage's further draw, where the budget visited every task (as a build does)
+    filled = after_fill(con, tasks, pairs, templates, args.per_template) if visited == len(tasks) else {}
     result = {
         "db": args.db.name,
         "patients": con.sql("SELECT count(*) FROM patients").fetchall()[0][0],
@@ -189,6 +209,7 @@ def main() -> None:
         "verified_pairs_per_minute": 60 * len(pairs) / spent,
         "parallel": parallel,
         **counts,
+        **filled,
         **overlay_vs_copy(con, pairs),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

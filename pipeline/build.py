@@ -139,6 +139,7 @@ def manifest_of(
     labels: list[LabelRecord],
     verified_count: int,
     filled: dict[str, Any],
+    fill_draw: InstantiationReport,
 ) -> dict[str, Any]:
     return {
         "version": config.version,
@@ -159,6 +160,8 @@ def manifest_of(
             "split": split_report.model_dump(),
             "counts": counts_by_cell(labels),
             "filled_cells": filled,
+            # the further clean tasks drawn to fill cells: kept per template, candidates dropped and why
+            "fill_draw": {"kept": fill_draw.kept, "dropped": fill_draw.dropped},
         },
         "rejections": {f"{t}/{s}/{r}": n for (t, s, r), n in sorted(rejected.items())},
     }

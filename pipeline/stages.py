@@ -332,12 +332,14 @@ def merged_pairs(pairs_dirs: Iterable[Path]) -> tuple[dict[str, list[NoisePair]]
 
 def fill(work: Path, tasks_dirs: list[Path], pairs_dirs: list[Path], progress: Progress | None = None) -> Path:
     """Pairs for the intent x sub-type cells that no shard's pair covers, from further clean tasks
-    (`filled/pairs.jsonl`, `rejected.json` as a shard's, and `cells.json`: what each cell took)."""
+    (`filled/pairs.jsonl`, `rejected.json` as a shard's, `cells.json`: what each cell took, and `report.json`: the
+    further draw's instantiation report)."""
 
     def write(tmp: Path) -> None:
         config = load_config(work)
         verified, _ = merged_pairs(pairs_dirs)
         tasks = [t for tasks_dir in tasks_dirs for t in _read_jsonl(Path(tasks_dir) / "tasks.jsonl", CleanTask)]
+        drawing = InstantiationReport()
         with open_source(config.db) as con:
             found, rejected, cells = fill_cells(
                 con,
@@ -348,11 +350,13 @@ def fill(work: Path, tasks_dirs: list[Path], pairs_dirs: list[Path], progress: P
                 config.seed,
                 draw=config.fill_tasks,
                 want=config.per_template,
+                drawing=drawing,
                 on_cell=lambda n, total: progress and progress("fill", n, total),
             )
         _write_text(tmp / "pairs.jsonl", _jsonl(p for task_id in sorted(found) for p in found[task_id]))
         _write_text(tmp / "rejected.json", json.dumps(sorted([*key, n] for key, n in rejected.items())) + "\n")
         _write_text(tmp / "cells.json", json.dumps({k: v.model_dump() for k, v in cells.items()}, indent=1) + "\n")
+        _write_text(tmp / "report.json", drawing.model_dump_json(indent=1) + "\n")
 
     return produce(Path(work) / "filled", write)
 
@@ -379,6 +383,7 @@ def assemble(work: Path, source: Path, tasks_dirs: list[Path], pairs_dirs: list[
             labels,
             sum(map(len, verified.values())),
             json.loads((Path(filled) / "cells.json").read_text()),
+            InstantiationReport.model_validate_json((Path(filled) / "report.json").read_text()),
         )
         for name, records in (("tasks", tasks), ("labels", labels), ("patches", patches)):
             _write_text(tmp / f"{name}.jsonl", _jsonl(records))

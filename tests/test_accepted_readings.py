@@ -10,7 +10,9 @@ from test_verifier import LAB_INSPECT, NULL, label, trajectory
 
 from pipeline.env.verifier import verify
 from pipeline.noise.base import Rejected, subtypes
-from pipeline.noise.measurements import impossible_on_source
+from pipeline.noise.evidence import impossible_on_source
+from pipeline.noise.recovery import load_config
+from pipeline.noise.recovery.anchors import likely_anchors
 from pipeline.noise.verify import verify_pair
 from pipeline.release.pairs import choose_pairs
 from pipeline.templates.answers import AnswerValue
@@ -98,14 +100,11 @@ def test_a_hidden_admission_begins_after_the_patients_previous_one_ended(source)
     """Admission 28301173 of patient 10002930 began after the ED observation stay before it ended (19:37): its
     restraint orders charted from 00:10 belong to that stay, and every admission time from then on gives the
     PO/NG drugs started in the first day as [Sertraline]: the hidden admission is recovered."""
-    from pipeline.noise.recovery import load_config
-    from pipeline.noise.recovery.anchors import _likely_anchors
-
     encounter = next(e for e in load_config()["anchor_range"]["encounters"] if e["table"] == "admissions")
     previous_end = source.sql(
         "SELECT max(dischtime) FROM admissions WHERE subject_id = 10002930 AND dischtime <= TIMESTAMP '2197-04-08 22:00:00'"
     ).fetchall()[0][0]
-    _, times = _likely_anchors(source, encounter, 28301173)
+    _, times = likely_anchors(source, encounter, 28301173)
     assert previous_end is not None and min(times) >= previous_end
     assert source.sql(
         "SELECT count(*) FROM admissions a JOIN admissions b ON a.subject_id = b.subject_id "
@@ -155,3 +154,43 @@ def test_a_masked_route_the_products_other_orders_state_is_no_label(source):
             [masked["formulary_drug_cd"], masked["pharmacy_id"]],
         ).fetchall()[0]
         assert not (routes[0] == 1 and routes[1] >= 3), masked["drug"]
+
+
+def test_a_displaced_row_in_a_narrower_window_than_its_stay_also_accepts_the_answer_without_it(source):
+    """Blind audit 22: a 20 mL urine row moved before a long ICU stay may truly lie after its first 24 h, so the
+    careless total without it is defensible (no pair); in a stay shorter than 24 h the row lies inside the window,
+    and only the clean total is accepted (as it is where the row was the window's only one: no total is left)."""
+    template = TEMPLATES["urine_output_first_24h_of_stay"]
+    pairs, reasons = _outcomes(source, template.id, "displaced_time", tasks=20, seed=7)
+    assert reasons["naive_is_a_defensible_reading"] > 0, reasons
+    assert pairs, reasons
+    for pair in pairs:
+        hours = source.execute(
+            "SELECT date_diff('second', intime, outtime) / 3600 FROM icustays WHERE stay_id = ?",
+            [pair.clean.slots["stay_id"]],
+        ).fetchall()[0][0]
+        assert hours < 24 or pair.naive_answer.value is None, (hours, pair.naive_answer)
+        assert [a.value for a in pair.accepted] == [pair.clean.answer.value], pair.accepted
+
+
+def test_a_listed_drug_moved_out_of_the_first_day_accepts_none_as_an_answer(source):
+    """The only IM drug of an admission moved before it: "none in the first 24 h" ([]) is as defensible as the
+    clean list, and it is the careless reading, so no such pair is made; the verifier scores [] as an answer."""
+    pairs, reasons = _outcomes(source, "drugs_started_first_24h_by_route", "displaced_time", tasks=20, seed=7)
+    assert reasons["naive_is_a_defensible_reading"] > 0, reasons
+    for pair in pairs:
+        assert pair.naive_answer is None or pair.naive_answer.value != [], pair.pair_id
+        assert len(pair.accepted) >= 1
+
+
+def test_a_conflicting_primary_code_is_none_the_admission_lists_at_another_position(source):
+    """Blind audit 22: a copy at seq 1 whose code the admission also lists at seq 5 gives the copy away."""
+    pairs, _ = _outcomes(source, "primary_diagnosis_of_admission", "conflicting_duplicate", tasks=20, seed=7)
+    assert len(pairs) >= 10
+    for pair in pairs:
+        (added,) = pair.patch.tables["diagnoses_icd"].add
+        listed = source.execute(
+            "SELECT count(*) FROM diagnoses_icd WHERE hadm_id = ? AND icd_code = ?",
+            [added["hadm_id"], added["icd_code"]],
+        ).fetchall()[0][0]
+        assert listed == 0, (pair.pair_id, added)

@@ -61,11 +61,12 @@ def test_no_other_record_still_answers(source):
 
 
 def test_moved_times_lie_beyond_the_lead_on_the_columns_grid(source):
-    for template_id, table, column in [
-        ("lab_first_value_within_24h", "labevents", "charttime"),
-        ("drugs_started_first_24h_by_route", "prescriptions", "starttime"),
+    for template_id, table, column, tasks in [
+        ("lab_first_value_within_24h", "labevents", "charttime", 6),
+        # most candidates leave a careless reading a careful one may give (the drug's true start after day one)
+        ("drugs_started_first_24h_by_route", "prescriptions", "starttime", 20),
     ]:
-        pairs, reasons = _verify(source, template_id, tasks=6)
+        pairs, reasons = _verify(source, template_id, tasks=tasks)
         assert pairs, reasons
         offsets = []
         for pair in pairs:

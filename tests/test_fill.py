@@ -95,6 +95,9 @@ def test_an_empty_cell_is_filled_from_further_tasks_and_counted(synthetic_db: Pa
     assert Counter(f"{p['clean']['intent']}/{p['subtype']}" for p in found) == kept
     assert not base & {p["clean"]["task_id"] for p in found}, "filled cells take further tasks, not the sampled ones"
     assert fill_rejections == sum(f["tried"] - f["verified"] for f in cells.values())
+    drawn = manifest["pairs"]["fill_draw"]  # the further draw's own instantiation report, not thrown away
+    assert sum(drawn["kept"].values()) >= sum(f["tried"] for f in cells.values()) > 0
+    assert set(drawn["kept"]) <= {t for f in cells.values() for t in f["templates"]}
 
 
 def test_without_a_draw_no_cell_is_filled(synthetic_db: Path, tmp_path: Path):

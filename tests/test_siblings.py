@@ -9,7 +9,7 @@ import duckdb
 import pytest
 
 from pipeline.noise.patch import Patch, TablePatch
-from pipeline.noise.siblings import derivable, ends_before_start, sibling_patch, witnessed
+from pipeline.noise.siblings import derivable, ends_before_start, one_concept, sibling_patch, witnessed
 
 T0 = dt.datetime(2150, 1, 1, 8, 0)
 
@@ -86,6 +86,19 @@ def test_an_icu_dose_the_emar_charted_within_an_hour_is_witnessed():
     assert not witnessed(con, "inputevents", [{**dose, "hadm_id": 8}])  # another admission's eMAR
 
 
+def test_an_emar_dose_the_icu_charted_as_an_input_within_an_hour_is_witnessed():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE d_items (itemid INT, label TEXT)")
+    con.execute("INSERT INTO d_items VALUES (1, 'Insulin - Regular'), (2, 'Fentanyl')")
+    con.execute("CREATE TABLE inputevents (hadm_id INT, itemid INT, starttime TIMESTAMP)")
+    con.execute("INSERT INTO inputevents VALUES (7, 1, ?), (7, 2, ?)", [T0, T0])
+    dose = {"hadm_id": 7, "medication": "Insulin", "charttime": T0 + dt.timedelta(minutes=5)}
+    assert witnessed(con, "emar", [dose])
+    assert not witnessed(con, "emar", [{**dose, "charttime": T0 + dt.timedelta(hours=3)}])
+    assert not witnessed(con, "emar", [{**dose, "medication": "Heparin"}])
+    assert not witnessed(con, "emar", [{**dose, "hadm_id": 8}])
+
+
 def test_a_result_its_sample_computes_is_derivable():
     """An anion gap whose specimen has sodium, chloride and bicarbonate is recomputed by a careful analyst, so
     null_value, implausible_value and conflicting_duplicate refuse it (derivable_from_sample); without a number for
@@ -149,6 +162,37 @@ def test_an_icu_lab_charted_in_chartevents_is_witnessed():
     assert not witnessed(con, "labevents", [{**lab, "itemid": 50971}])  # no potassium charted
     assert not witnessed(con, "labevents", [{**lab, "charttime": T0 + dt.timedelta(hours=3)}])  # charted hours apart
     assert not witnessed(con, "labevents", [{**lab, "subject_id": 2}])
+
+
+@pytest.mark.parametrize(
+    ("lab", "chart", "same"),
+    [
+        ("potassium, whole blood", "potassium (whole blood)", True),  # blind audit 22
+        ("potassium", "potassium (serum)", True),
+        ("creatinine, serum", "creatinine (serum)", True),
+        ("bilirubin, total", "total bilirubin", True),
+        ("calcium, total", "calcium non-ionized", False),
+        ("potassium", "phosphorous", False),
+        ("chloride, whole blood", "hco3 (serum)", False),
+    ],
+)
+def test_one_concept_drops_a_qualifier_in_brackets_or_after_a_comma(lab, chart, same):
+    assert one_concept(lab, chart) is same
+    assert one_concept(chart, lab) is same
+
+
+def test_a_whole_blood_lab_charted_with_a_bracketed_specimen_is_witnessed():
+    """'Potassium, Whole Blood' in the labs is the chart's 'Potassium (whole blood)' at the same minute."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE d_labitems (itemid INT, label TEXT)")
+    con.execute("INSERT INTO d_labitems VALUES (50822, 'Potassium, Whole Blood'), (50821, 'pO2')")
+    con.execute("CREATE TABLE d_items (itemid INT, label TEXT)")
+    con.execute("INSERT INTO d_items VALUES (227464, 'Potassium (whole blood)')")
+    con.execute("CREATE TABLE chartevents (subject_id INT, itemid INT, charttime TIMESTAMP)")
+    con.execute("INSERT INTO chartevents VALUES (1, 227464, ?)", [T0])
+    lab = {"subject_id": 1, "itemid": 50822, "charttime": T0}
+    assert witnessed(con, "labevents", [lab])
+    assert not witnessed(con, "labevents", [{**lab, "itemid": 50821}])
 
 
 def test_an_absolute_white_cell_count_is_derivable_from_the_count_and_the_differential():

@@ -8,7 +8,6 @@ it (`noise:` in its YAML, template-level knowledge), so clean data the template 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -62,15 +61,15 @@ class EvidenceSource:
 
 def evidence_source(template: Template) -> EvidenceSource | None:
     """The evidence table and key columns from the template's evidence SQL (None: several tables)."""
-    tables = set(re.findall(r"'(\w+)'\s+AS\s+table_name", template.evidence_sql, re.I))
-    if len(tables) != 1:
+    table = template.evidence_table
+    if table is None:
         return None
     tree = sqlglot.parse_one(render_sql(template.evidence_sql, sample_slots(template)), dialect="duckdb")
     select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
     if select is None:
         raise ValueError("the evidence SQL has no SELECT")
     keys = tuple(e.alias_or_name for e in select.expressions if e.alias_or_name != "table_name")
-    return EvidenceSource(tables.pop(), keys)
+    return EvidenceSource(table, keys)
 
 
 def keyed_rows(source: EvidenceSource, evidence_sql: str) -> str:

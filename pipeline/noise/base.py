@@ -34,7 +34,8 @@ class NoisyTwin:
     `inspect` names the evidence an agent must have looked at: a table filtered on the entity.
     `readings` are SQL programs (on the overlay) whose answers a careful analyst may give as well (each copy of a
     conflicting record kept in turn); `accepts_clean`: the clean answer may be given as well (the true time of a
-    displaced event that other records corroborate). The careless reading must differ from every one of them.
+    displaced event that other records corroborate); `also_accepted` are such answers the sub-type computed itself.
+    The careless reading must differ from every one of them.
     """
 
     patch: Patch
@@ -45,6 +46,7 @@ class NoisyTwin:
     inspect: dict[str, Any]
     readings: tuple[str, ...] = ()
     accepts_clean: bool = False
+    also_accepted: tuple[AnswerValue, ...] = ()  # further answers computed by the sub-type
 
 
 class NoiseSubtype(ABC):

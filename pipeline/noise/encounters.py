@@ -9,7 +9,6 @@ reference programs check each other.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from dataclasses import dataclass
 
 import polars as pl
@@ -44,11 +43,6 @@ def parent_encounter(template: Template, table: str) -> Encounter:
     if "hadm_id" in columns and table != ADMISSION.table:
         return ADMISSION
     raise Rejected("evidence_is_the_encounter")
-
-
-def declared_evidence_tables(template: Template) -> set[str]:
-    """The tables the template's evidence SQL names as `'<table>' AS table_name`."""
-    return set(re.findall(r"'([a-z_]+)'\s+AS\s+table_name", template.evidence_sql, re.I))
 
 
 _KEYS = frozenset({"subject_id", "hadm_id", "stay_id"})

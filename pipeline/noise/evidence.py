@@ -11,6 +11,7 @@ import polars as pl
 import sqlglot
 
 from pipeline.noise.base import Rejected
+from pipeline.noise.measurements import impossible_sql, measurement_tables, plausible_ranges
 from pipeline.templates.instantiate import CleanTask, typed_slots
 from pipeline.templates.render import render_sql
 from pipeline.templates.spec import Template
@@ -65,3 +66,15 @@ def frame_by_key(con: duckdb.DuckDBPyConnection, table: str, keys: list[dict[str
     can be a large slice of a table: rows become Python dicts only where a few are picked)."""
     with keyed_rows(con, table, keys) as rows:
         return con.sql(f"{rows()} ORDER BY ALL").pl()
+
+
+def impossible_on_source(con, table: str, keys: list[dict]) -> bool:
+    """Some of these rows of a measurement table already hold an impossible number in the clean source (blind
+    audit 20: three Celsius temperatures charted 97.2-99.0, Fahrenheit numbers): a careful analyst would mend
+    them too, so the gold answer read as it stands is no answer to score against."""
+    facts, ranges = measurement_tables().get(table), plausible_ranges().get(table)
+    if facts is None or not ranges or not keys:
+        return False
+    with keyed_rows(con, table, keys) as rows:
+        found = con.sql(f"SELECT 1 FROM ({rows()}) {table} WHERE {impossible_sql(facts, ranges)} LIMIT 1")
+        return bool(found.fetchall())

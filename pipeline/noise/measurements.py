@@ -48,20 +48,6 @@ def impossible_sql(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) -
     )
 
 
-def impossible_on_source(con, table: str, keys: list[dict]) -> bool:
-    """Some of these rows of a measurement table already hold an impossible number in the clean source (blind
-    audit 20: three Celsius temperatures charted 97.2-99.0, Fahrenheit numbers): a careful analyst would mend
-    them too, so the gold answer read as it stands is no answer to score against."""
-    from pipeline.noise.evidence import keyed_rows  # evidence imports the templates; measurements stays light
-
-    facts, ranges = measurement_tables().get(table), plausible_ranges().get(table)
-    if facts is None or not ranges or not keys:
-        return False
-    with keyed_rows(con, table, keys) as rows:
-        found = con.sql(f"SELECT 1 FROM ({rows()}) {table} WHERE {impossible_sql(facts, ranges)} LIMIT 1")
-        return bool(found.fetchall())
-
-
 @dataclass(frozen=True)
 class Precision:
     """How an item's real rows write their numbers: decimals the number uses, decimals its text shows."""

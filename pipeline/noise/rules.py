@@ -86,12 +86,6 @@ class Evidence:
         return self.facts
 
 
-def evidence_table_name(template) -> str | None:
-    """The one table a template's evidence rows come from (None: several)."""
-    tables = set(re.findall(r"'(\w+)'\s+AS\s+table_name", template.evidence_sql, re.I))
-    return tables.pop() if len(tables) == 1 else None
-
-
 def table_evidence(con, task) -> Evidence:
     """The task's evidence rows, one source row per key."""
     table, key_columns, keys = evidence_table(task)

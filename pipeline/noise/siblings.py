@@ -115,10 +115,17 @@ def witnessed(con, table: str, rows: list[dict]) -> bool:
         named = rule.get("named")
         labels: dict[Any, str | None] = {}  # the sibling dictionary's labels, looked up once per item
         for row in rows:
-            mine = _label(con, named["dictionary"], named["key"], named["label"], row[named["key"]]) if named else None
+            mine = _own_name(con, named, row) if named else None
             if any(_same_name(con, named, mine, sibling, labels) for sibling in _near_rows(con, rule, row)):
                 return True
     return False
+
+
+def _own_name(con, named: dict, row: dict) -> str | None:
+    """The row's name: its `named.column`, or its item's label in `named.dictionary`."""
+    if "column" in named:
+        return concept_key(row.get(named["column"]))
+    return _label(con, named["dictionary"], named["key"], named["label"], row[named["key"]])
 
 
 def _near_rows(con, rule: dict, row: dict) -> list[dict]:
@@ -140,8 +147,8 @@ def _near_rows(con, rule: dict, row: dict) -> list[dict]:
 def _same_name(con, named: dict | None, mine: str | None, sibling: dict, labels: dict) -> bool:
     """The row's item label `mine` and the sibling's name (its `named.sibling` column, or its item's label in
     `named.sibling_dictionary`) name one thing: concept keys that begin with the same word ('Dextrose 50%' and
-    'Dextrose 50%', 'Fentanyl' and 'Fentanyl Citrate'), or (`compare: concept`) are one concept once a trailing
-    qualifier in brackets is dropped ('Chloride (serum)' is the lab 'Chloride'). Always, without a `named` rule."""
+    'Dextrose 50%', 'Fentanyl' and 'Fentanyl Citrate'), or (`compare: concept`) are one concept (`one_concept`).
+    Always, without a `named` rule."""
     if named is None:
         return True
     if "sibling_dictionary" in named:
@@ -155,12 +162,24 @@ def _same_name(con, named: dict | None, mine: str | None, sibling: dict, labels:
     if mine is None or other is None:
         return False
     if named.get("compare") == "concept":
-        return _unqualified(mine) == _unqualified(other)
+        return one_concept(mine, other)
     return mine.split()[:1] == other.split()[:1] != []
 
 
+def one_concept(name: str, other: str) -> bool:
+    """Two labels name one concept once their specimen or qualifier is dropped, however it is written: in
+    brackets or after a comma ('Potassium (whole blood)', 'Potassium, Whole Blood' and the lab 'Potassium': blind
+    audit 22), or their words are the same in another order ('Bilirubin, Total' and 'Total Bilirubin')."""
+    return _unqualified(name) == _unqualified(other) or _words(name) == _words(other)
+
+
 def _unqualified(name: str) -> str:
-    return re.sub(r"\s*\([^)]*\)\s*$", "", name)
+    """The label without a trailing bracketed qualifier and without what follows its first comma."""
+    return re.sub(r"\s*\([^)]*\)\s*$", "", name).split(",")[0].strip()
+
+
+def _words(name: str) -> frozenset[str]:
+    return frozenset(re.findall(r"[a-z0-9]+", name.lower()))
 
 
 def _label(con, dictionary: str, key: str, label: str, value) -> str | None:

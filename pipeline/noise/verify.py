@@ -13,8 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.db import scalar
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected
-from pipeline.noise.evidence import keyed_rows
-from pipeline.noise.measurements import impossible_on_source
+from pipeline.noise.evidence import impossible_on_source, keyed_rows
 from pipeline.noise.overlay import overlay, overlay_diff, polars_overlay
 from pipeline.noise.patch import Patch
 from pipeline.noise.recovery import check_recovery
@@ -141,12 +140,15 @@ def verify_pair(
     template: Template,
     subtype: NoiseSubtype,
     seed: int,
+    evidence_possible: bool = False,
 ) -> NoisePair:
-    """Build and verify one pair on the source `con`; raise Rejected(reason) when any check fails."""
+    """Build and verify one pair on the source `con`; raise Rejected(reason) when any check fails.
+    `evidence_possible`: the caller has found the task's clean evidence free of impossible numbers (once for all
+    its sub-types)."""
     rng = np.random.default_rng(
         [seed, int(hashlib.sha256(f"{task.task_id}/{subtype.name}".encode()).hexdigest()[:12], 16)]
     )
-    if _impossible_evidence(con, task):
+    if not evidence_possible and impossible_evidence(con, task):
         raise Rejected("clean_evidence_impossible")  # the clean record needs mending before it answers
     twin = subtype.make(con, task, template, rng)
     slots = typed_slots(template, {**task.slots, **twin.patch.slots})
@@ -190,7 +192,7 @@ def verify_pair(
     )
 
 
-def _impossible_evidence(con, task: CleanTask) -> bool:
+def impossible_evidence(con, task: CleanTask) -> bool:
     """The task's evidence rows (one measurement table) already hold an impossible number in the clean source."""
     tables = {row["table_name"] for row in task.evidence}
     if len(tables) != 1:
@@ -205,8 +207,12 @@ def _accepted(con, twin: NoisyTwin, template: Template, clean: AnswerValue, expe
     found = [clean] if twin.accepts_clean else []
     for sql in twin.readings:
         found.append(_answer(lambda sql=sql: con.sql(sql).pl(), template, "reading_error"))
+    found = [answer for answer in found if not is_empty(answer)]
+    found += [answer for answer in twin.also_accepted if answer.value is not None]  # "none" ([]) may be one
     accepted: list[AnswerValue] = []
-    for answer in found:
-        if not is_empty(answer) and not any(_same(answer, a, template) for a in [expected, *accepted]):
+    for answer in found:  # "none" is not an abstention here: the verifier scores [] as an answer
+        if not any(
+            _same(answer, a, template) and (answer.value is None) == (a.value is None) for a in [expected, *accepted]
+        ):
             accepted.append(answer)
     return accepted

@@ -62,12 +62,14 @@ def fill_cells(
     *,
     draw: int,
     want: int,
+    drawing: InstantiationReport,
     on_cell: Callable[[int, int], None] | None = None,
 ) -> tuple[dict[str, list[NoisePair]], Counter, dict[str, CellFill]]:
     """Pairs for the empty cells (by clean task id; one sub-type per task, a task fills one cell), the
-    rejections met on the way by (template, sub-type, reason), and what each cell took. `draw` further tasks per
-    template of a cell are tried in batches, in round-robin order over its templates, until `want` verify (in this
-    process: a cell needs few tasks, and stops at the batch that fills it)."""
+    rejections met on the way by (template, sub-type, reason), and what each cell took; `drawing` counts the
+    further clean tasks kept and the candidates dropped. `draw` further tasks per template of a cell are tried in
+    batches, in round-robin order over its templates, until `want` verify (in this process: a cell needs few
+    tasks, and stops at the batch that fills it)."""
     empty = empty_cells(verified, templates, subtypes)
     known = {t.task_id for t in tasks}
     tables, by_id = Tables(con), {t.id: t for t in templates}
@@ -78,7 +80,7 @@ def fill_cells(
     for done, ((intent, name), cell_templates) in enumerate(empty.items(), start=1):
         for template in cell_templates:
             if template.id not in drawn:
-                drawn[template.id] = more_tasks(con, tables, template, draw, seed, known, InstantiationReport())
+                drawn[template.id] = more_tasks(con, tables, template, draw, seed, known, drawing)
         queue = [t for t in _round_robin([drawn[t.id] for t in cell_templates]) if t.task_id not in found]
         fill = report[f"{intent}/{name}"] = CellFill(templates=[t.id for t in cell_templates])
         for start in range(0, len(queue), CHUNK):

@@ -12,7 +12,7 @@ import numpy as np
 
 from pipeline.db import open_source
 from pipeline.noise.base import NoiseSubtype, Rejected
-from pipeline.noise.verify import NoisePair, verify_pair
+from pipeline.noise.verify import NoisePair, impossible_evidence, verify_pair
 from pipeline.templates.instantiate import CleanTask
 from pipeline.templates.programs import Tables
 from pipeline.templates.spec import Template
@@ -38,11 +38,14 @@ def candidate_pairs(
     rejected: Counter[tuple[str, str, str]] = Counter()
     for done, task in enumerate(tasks, start=1):
         template = templates[task.template_id]
+        impossible = None  # the clean evidence already holds an impossible number: checked once per task
         for name, subtype in subtypes.items():
             if not subtype.applies(template):
                 continue
+            if impossible is None:
+                impossible = impossible_evidence(con, task)
             try:
-                pair = verify_pair(con, tables, task, template, subtype, seed)
+                pair = verify_pair(con, tables, task, template, subtype, seed, evidence_possible=not impossible)
             except Rejected as exc:
                 rejected[(template.id, name, exc.reason)] += 1
                 continue

@@ -205,7 +205,9 @@ def more_tasks(
     (seeded by the template and the seed, apart from `instantiate`'s): the candidates that fill a cell."""
     rng = template_rng(f"{template.id}/more", seed)
     own = {k for k in known if k.startswith(f"{template.id}-")}
-    return instantiate_template(con, tables, template, count, rng, report, own)
+    kept = instantiate_template(con, tables, template, count, rng, report, own)
+    report.kept[template.id] = len(kept)
+    return kept
 
 
 def instantiate_template(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from pathlib import Path
 
@@ -112,6 +113,16 @@ class Template(BaseModel):
     @property
     def id(self) -> str:
         return self.spec.id
+
+    @property
+    def evidence_tables(self) -> frozenset[str]:
+        """The tables the evidence SQL names as `'<table>' AS table_name` (where its evidence rows come from)."""
+        return frozenset(re.findall(r"'([a-z_]+)'\s+AS\s+table_name", self.evidence_sql, re.I))
+
+    @property
+    def evidence_table(self) -> str | None:
+        """The one table the evidence rows come from (None: several)."""
+        return next(iter(self.evidence_tables)) if len(self.evidence_tables) == 1 else None
 
 
 def read_template(yaml_path: Path) -> Template:

@@ -27,7 +27,7 @@ def anchor_range(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any
         if patch is None or patch.add or len(patch.hide) != 1 or not _reads_only(tree, encounter):
             continue
         key = patch.hide[0][encounter["key"]]
-        found = _likely_anchors(con, encounter, key)
+        found = likely_anchors(con, encounter, key)
         if found is None:
             continue
         identity, times = found
@@ -129,7 +129,7 @@ def _reads_only(tree: exp.Expr, encounter: dict[str, Any]) -> bool:
     return reads(tree, encounter["table"]) and not any(c.name in others for c in tree.find_all(exp.Column))
 
 
-def _likely_anchors(
+def likely_anchors(
     con: duckdb.DuckDBPyConnection, encounter: dict[str, Any], key: Any
 ) -> tuple[dict, list[dt.datetime]] | None:
     """The row's identity columns and every whole hour that each event table's first row of the encounter allows

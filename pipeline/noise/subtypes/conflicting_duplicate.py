@@ -25,7 +25,6 @@ from pipeline.noise.rules import (
     Evidence,
     Rule,
     duplicate_rules,
-    evidence_table_name,
     flagged_on_source,
     is_patient,
     pick,
@@ -50,6 +49,7 @@ class Record:
     item: str | None
     fresh_id: str | None
     alike: tuple[str, ...] = ()
+    position: str | None = None  # a group column that only orders the encounter's rows (a code's seq_num)
 
 
 def record_of(table: str | None, gold_sql: str) -> Record | None:
@@ -61,8 +61,10 @@ def record_of(table: str | None, gold_sql: str) -> Record | None:
     if facts is not None:
         return Record(table, spec["group"], facts.number, facts.item, spec.get("fresh_id"))
     value = read_value_column(table, gold_sql)
-    return (
-        Record(table, spec["group"], value, None, spec.get("fresh_id"), tuple(spec.get("alike", []))) if value else None
+    if not value:
+        return None
+    return Record(
+        table, spec["group"], value, None, spec.get("fresh_id"), tuple(spec.get("alike", [])), spec.get("position")
     )
 
 
@@ -105,18 +107,33 @@ def _other_text(con, record: Record, row: dict, rng):
 
 
 def _other_texts(con, record: Record, row: dict) -> list:
+    """Candidate other values, none that the encounter already carries at another position (a code listed twice
+    in one admission gives the copy away: blind audit 22)."""
     if record.value == "icd_code" and record.table in sex_ranges():
-        return fitting_codes(con, record.table, row["subject_id"], row["icd_version"], row["icd_code"])
-    alike = "".join(f" AND {c} = ?" for c in record.alike)
-    return [
-        r[0]
-        for r in con.execute(
-            f"SELECT {record.value} FROM {record.table} "
-            f"WHERE {record.value} IS NOT NULL AND {record.value} <> ?{alike} "
-            f"GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 50",
-            [row[record.value], *(row[c] for c in record.alike)],
-        ).fetchall()
-    ]
+        found = fitting_codes(con, record.table, row["subject_id"], row["icd_version"], row["icd_code"])
+    else:
+        alike = "".join(f" AND {c} = ?" for c in record.alike)
+        found = [
+            r[0]
+            for r in con.execute(
+                f"SELECT {record.value} FROM {record.table} "
+                f"WHERE {record.value} IS NOT NULL AND {record.value} <> ?{alike} "
+                f"GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 50",
+                [row[record.value], *(row[c] for c in record.alike)],
+            ).fetchall()
+        ]
+    taken = _carried_elsewhere(con, record, row)
+    return [value for value in found if value not in taken]
+
+
+def _carried_elsewhere(con, record: Record, row: dict) -> set:
+    """The values of the row's encounter (its group but the position) at other positions."""
+    if record.position is None:
+        return set()
+    encounter = [c for c in record.group if c != record.position]
+    where = " AND ".join(f"{c} = ?" for c in encounter)
+    sql = f"SELECT DISTINCT {record.value} FROM {record.table} WHERE {where} AND {record.position} <> ?"
+    return {r[0] for r in con.execute(sql, [*(row[c] for c in encounter), row[record.position]]).fetchall()}
 
 
 def followers(con, record: Record, row: dict, value) -> dict:
@@ -181,7 +198,8 @@ class ConflictingDuplicate(NoiseSubtype):
         "evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads, and its "
         "position (seq_num) where the table has one"
     )
-    version = 9  # 9: an ICU stay conflicts on its unit, not on its end (the transfers and los keep it); a copy's
+    version = 10  # 10: a code's other value is none the encounter carries at another position (blind audit 22)
+    # 9: an ICU stay conflicts on its unit, not on its end (the transfers and los keep it); a copy's
     # companions that state its number follow it (blind audit 21: a 583 mL bolus copy kept its total of 700)
     # 8: not a result its sample computes (an anion gap from its electrolytes); the copy's columns that
     # state its value follow it (duplicates.yaml `follow`: an R reading takes a resistant MIC, blind audit 16; an APR
@@ -198,7 +216,7 @@ class ConflictingDuplicate(NoiseSubtype):
     # a scaled one (a severity of 5 resolves itself: a blind audit)
 
     def applies(self, template):
-        table = evidence_table_name(template)
+        table = template.evidence_table
         position = duplicate_rules().get(table or "", {}).get("position")
         reads_position = position is None or re.search(rf"\b{position}\b", template.gold_sql) is not None
         return super().applies(template) and reads_position and record_of(table, template.gold_sql) is not None

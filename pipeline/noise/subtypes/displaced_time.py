@@ -13,7 +13,9 @@ Patient scope: abstain (guard: an evidence row's time lies outside its encounter
 when the question is still answered the same without the moved row, or when a first-time question has another
 qualifying row. Population scope: repair by answering over the rows inside their encounter's window and lead.
 Either scope also accepts the clean answer: other records may place the moved event at its true time (blind audit
-20: a dialysis date read off the catheter placed, the dialysis ordered and the heparin lock given that day).
+20: a dialysis date read off the catheter placed, the dialysis ordered and the heparin lock given that day); a
+patient question whose window is narrower than the encounter also accepts the answer with the moved row charted at
+the encounter's end (outside the first 24 h), so a careless reading that drops it is rejected as defensible.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ import yaml
 
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
 from pipeline.noise.encounters import (
-    declared_evidence_tables,
     lead_of,
     outside_mask,
     outside_sql,
@@ -45,6 +46,7 @@ from pipeline.source.schema import load_schema
 from pipeline.templates.answers import AnswerValue, canonical_answer, is_empty
 from pipeline.templates.instantiate import typed_slots
 from pipeline.templates.programs import load_python_program, run_sql
+from pipeline.templates.spec import AnswerType
 
 MAX_DISPLACED = 3  # population scope: how many evidence rows move
 HOUR, MINUTE, SECOND = dt.timedelta(hours=1), dt.timedelta(minutes=1), dt.timedelta(seconds=1)
@@ -66,7 +68,8 @@ TIME_COLUMNS = {
 class DisplacedTime(NoiseSubtype):
     name = "displaced_time"
     level = "record"
-    version = 8  # 8: not ICU stays (the transfers and the admission fix their times); the clean answer is accepted
+    version = 9  # 9: a narrower window than the encounter also accepts the answer with the moved row outside it
+    # 8: not ICU stays (the transfers and the admission fix their times); the clean answer is accepted
     # 7: a moved ICU stay's neighbouring transfers move with it (the one before ends, the one after
     # starts, at the stay's ends: blind audit 16)
     # 6: not where another table may record the same event (an ICU procedure for a billed one)
@@ -77,7 +80,7 @@ class DisplacedTime(NoiseSubtype):
 
     def applies(self, template):
         """Listed, and the evidence is timed rows of an encounter (not the admission row itself)."""
-        return super().applies(template) and bool(declared_evidence_tables(template) & set(TIME_COLUMNS))
+        return super().applies(template) and bool(template.evidence_tables & set(TIME_COLUMNS))
 
     def make(self, con, task, template, rng):
         table, key_columns, keys = evidence_table(task)
@@ -89,8 +92,8 @@ class DisplacedTime(NoiseSubtype):
         count = 1 if patient else min(MAX_DISPLACED, max(1, len(inside) // 2))
         chosen = [inside[i] for i in sorted(rng.choice(len(inside), count, replace=False))]
         moving, step = moved_columns(table, task.gold_sql), granularity(con, table, time)
-        moved = [_displace(row, moving, start, lead, step, rng) for row, start in chosen]
-        before = [r for r, _ in chosen]
+        moved = [_displace(row, moving, start, lead, step, rng) for row, start, _ in chosen]
+        before = [r for r, _, _ in chosen]
         if witnessed(con, table, before):
             raise Rejected("witnessed_elsewhere")
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=_keys(before, key_columns), add=moved)})
@@ -111,6 +114,7 @@ class DisplacedTime(NoiseSubtype):
                 accepts_clean=True,
             )
         _reject_if_still_answered(con, task, template, table, _keys(before, key_columns))
+        later = _answer_if_charted_at_end(con, task, template, table, key_columns, chosen, moving)
         new_keys = _keys(moved, key_columns)  # the guard reads the moved rows (their key may hold the time)
 
         def reference(tables):
@@ -126,6 +130,7 @@ class DisplacedTime(NoiseSubtype):
             with_tables(reference),
             inspect,
             accepts_clean=True,
+            also_accepted=(later,) if later is not None else (),
         )
 
 
@@ -154,8 +159,8 @@ def _keys(rows: list[dict], columns: list[str]) -> list[dict]:
     return list({tuple(row[c] for c in columns): {c: row[c] for c in columns} for row in rows}.values())
 
 
-def _rows_inside(con, enc, rows, time) -> list[tuple[dict, object]]:
-    """(row, its encounter's start) for the rows whose time lies inside their encounter's window."""
+def _rows_inside(con, enc, rows, time) -> list[tuple[dict, object, object]]:
+    """(row, its encounter's start, its end) for the rows whose time lies inside their encounter's window."""
     ids = sorted({row[enc.key] for row in rows if row[enc.key] is not None})
     sql = (
         f"SELECT {enc.key}, {enc.start}, {enc.end} FROM {enc.table} WHERE {enc.key} IN ({', '.join('?' for _ in ids)})"
@@ -164,7 +169,7 @@ def _rows_inside(con, enc, rows, time) -> list[tuple[dict, object]]:
         {k: (s, e) for k, s, e in con.execute(sql, ids).fetchall() if s is not None and e is not None} if ids else {}
     )
     inside = [
-        (row, found[row[enc.key]][0])
+        (row, *found[row[enc.key]])
         for row in rows
         if row[enc.key] in found and row[time] is not None and _inside(row[time], *found[row[enc.key]])
     ]
@@ -206,6 +211,32 @@ def _reject_if_still_answered(con, task, template, table: str, hidden: list[dict
     first_time = sqlglot.parse_one(task.gold_sql, dialect="duckdb").args.get("limit") is not None
     if not is_empty(left) and (first_time or left == task.answer):
         raise Rejected("other_record_still_qualifies")
+
+
+def _answer_if_charted_at_end(con, task, template, table, key_columns, chosen, moving) -> AnswerValue | None:
+    """The answer were the moved rows charted at their encounter's end. Their true time lies somewhere in the
+    encounter, so where the question's window is narrower than it (the first 24 h of a longer ICU stay) the answer
+    without them is as defensible as the clean one (blind audit 22: a 20 mL urine row whose nurse also charted a
+    night shift days later); a list question may then be answered by none ([]: an IM vaccine the only IM drug). None
+    where the answer reports a time (the end would be an arbitrary one) or where there is no answer."""
+    answer = template.spec.answer
+    if answer.type == AnswerType.datetime or answer.asked_records:
+        return None
+    at_end = [_moved_to(row, moving, end) for row, _, end in chosen]
+    hidden = _keys([row for row, _, _ in chosen], key_columns)
+    patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hidden, add=at_end)})
+    with overlay(con, patch):
+        frame = run_sql(con, template.gold_sql, typed_slots(template, task.slots))
+    none = AnswerValue(value=[] if answer.type == AnswerType.list else None)
+    found = canonical_answer(frame, answer) if frame.height else none
+    return None if found.value is None or found == task.answer else found
+
+
+def _moved_to(row: dict, columns: list[str], end) -> dict:
+    """The row with its main time at `end` (its day, for a date) and the columns along keeping their distance."""
+    main = row[columns[0]]
+    shift = end - main if isinstance(main, dt.datetime) else dt.timedelta(days=(end.date() - main).days)
+    return {**row, **{c: row[c] + shift for c in columns if row[c] is not None}}
 
 
 def _excluding_outside(gold, table, enc, time, lead):

@@ -6,7 +6,6 @@ chartevents under a Labs item) are not hidden (`witnessed_elsewhere`)."""
 from __future__ import annotations
 
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
-from pipeline.noise.encounters import declared_evidence_tables
 from pipeline.noise.evidence import candidate_keys, evidence_table, rows_by_key
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.patch import Patch, TablePatch
@@ -45,7 +44,7 @@ class MissingRecord(NoiseSubtype):
             super().applies(template)
             and template.spec.scope.value == "patient"
             and not concept_slots(template)
-            and declared_evidence_tables(template) <= ALWAYS_RECORDED
+            and template.evidence_tables <= ALWAYS_RECORDED
         )
 
     def make(self, con, task, template, rng):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
 from pipeline.noise.encounters import (
-    declared_evidence_tables,
     needs_encounter,
     orphan_expr,
     orphan_sql,
@@ -48,7 +47,7 @@ class OrphanReference(NoiseSubtype):
         return (
             super().applies(template)
             and template.spec.scope is Scope.patient
-            and any(_needs_parent(template, table) for table in declared_evidence_tables(template) - {"admissions"})
+            and any(_needs_parent(template, table) for table in template.evidence_tables - {"admissions"})
         )
 
     def make(self, con, task, template, rng):

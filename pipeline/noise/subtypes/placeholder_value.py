@@ -22,7 +22,6 @@ from pipeline.noise.measurements import measurement_tables
 from pipeline.noise.rules import (
     Rule,
     alteration,
-    evidence_table_name,
     flagged_on_source,
     is_patient,
     pick,
@@ -71,7 +70,7 @@ class PlaceholderValue(NoiseSubtype):
     )
 
     def applies(self, template):
-        columns = value_columns(evidence_table_name(template), template.gold_sql)
+        columns = value_columns(template.evidence_table, template.gold_sql)
         return (
             super().applies(template)
             and columns is not None

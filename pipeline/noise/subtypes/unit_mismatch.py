@@ -32,7 +32,6 @@ from pipeline.noise.rules import (
     Evidence,
     Rule,
     alteration,
-    evidence_table_name,
     fixes_unit,
     flagged_on_source,
     is_patient,
@@ -280,7 +279,7 @@ class UnitMismatch(NoiseSubtype):
     # answer) instead of relabelling the number (abstain): a relabelled number is still readable in the usual unit
 
     def applies(self, template):
-        return super().applies(template) and units_of(evidence_table_name(template)) is not None
+        return super().applies(template) and units_of(template.evidence_table) is not None
 
     def make(self, con, task, template, rng):
         if not is_patient(template) and fixes_unit(template):
