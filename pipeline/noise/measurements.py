@@ -18,6 +18,17 @@ class MeasurementTable:
     unit: str
     time: str
     item: str
+    flag: dict | None = None  # {column, below, above, value}: the flag of a number outside the row's range
+
+    def flagged(self, row: dict, number: float) -> dict:
+        """The flag column as a row holding `number` has it: `value` outside the row's range, NULL inside it
+        (unchanged where no flag is declared or the row has no range)."""
+        if self.flag is None:
+            return {}
+        low, high = row.get(self.flag["below"]), row.get(self.flag["above"])
+        if low is None or high is None:
+            return {}
+        return {self.flag["column"]: self.flag["value"] if not low <= number <= high else None}
 
 
 @cache

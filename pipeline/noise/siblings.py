@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from pipeline.concepts import concept_key
+from pipeline.db import scalar
 from pipeline.noise.base import Rejected
 from pipeline.noise.patch import Patch, TablePatch
 
@@ -99,13 +100,48 @@ def ends_before_start(patch: Patch, table: str) -> bool:
     )
 
 
-def kept_elsewhere(con, table: str, rows: list[dict]) -> None:
+def kept_elsewhere(con, table: str, rows: list[dict], column: str | None = None) -> None:
     """Rejected when the record keeps the rows' facts elsewhere, where a careful analyst reads them: another table
-    charts them (`witnessed_elsewhere`) or their own sample computes them (`derivable_from_sample`)."""
+    charts them (`witnessed_elsewhere`), their own sample computes them (`derivable_from_sample`), or a sibling row
+    says the kind of the changed `column` (`implied_by_sibling`: an IV Piggyback order's route)."""
     if witnessed(con, table, rows):
         raise Rejected("witnessed_elsewhere")
     if derivable(con, table, rows):
         raise Rejected("derivable_from_sample")
+    if column is not None and implied(con, table, column, rows):
+        raise Rejected("implied_by_sibling")
+
+
+def shared_value(con, table: str, column: str, rows: list[dict]) -> tuple[bool, Any]:
+    """(True, value) when every other row of the rows' encounter (siblings.yaml `shared`: `within` columns, the
+    rows left out by `position`) holds one value of `column`: what an analyst reads for a removed one (a
+    procedure's date off the session's other procedures); (False, None) without such a rule or one such value."""
+    rule = sibling_rules().get("shared", {}).get(table, {}).get(column)
+    if not rule or any(row[c] is None for row in rows for c in rule["within"]):
+        return False, None
+    encounters = {tuple(row[c] for c in rule["within"]) for row in rows}
+    if len(encounters) != 1:
+        return False, None
+    where = " AND ".join(f"{c} = ?" for c in rule["within"])
+    apart = ", ".join("?" for _ in rows)
+    values = con.execute(
+        f"SELECT DISTINCT {column} FROM {table} WHERE {where} AND {rule['position']} NOT IN ({apart})",
+        [*next(iter(encounters)), *(row[rule["position"]] for row in rows)],
+    ).fetchall()
+    return (True, values[0][0]) if len(values) == 1 and values[0][0] is not None else (False, None)
+
+
+def implied(con, table: str, column: str, rows: list[dict]) -> bool:
+    """Some row has a sibling (found by `match`) whose own columns say what kind of value `column` holds
+    (siblings.yaml `implied`: the `where` they satisfy)."""
+    for rule in sibling_rules().get("implied", {}).get(table, {}).get(column, []):
+        match = rule["match"]
+        where = " AND ".join(f"{theirs} = ?" for theirs in match.values())
+        sql = f"SELECT count(*) FROM {rule['table']} WHERE {where} AND ({rule['where']})"
+        for row in rows:
+            if all(row[mine] is not None for mine in match) and scalar(con, sql, [row[m] for m in match]):
+                return True
+    return False
 
 
 def witnessed(con, table: str, rows: list[dict]) -> bool:

@@ -155,6 +155,9 @@ def likely_anchors(
             identity = identity or dict(zip(encounter["identity"], ids))
     if not bounds or identity is None:
         return None
+    gap = _gap_start(con, encounter, identity, firsts)
+    if gap is not None:
+        return identity, [gap]
     after, before = _apart_bounds(con, encounter, identity, key, max(firsts))
     bounds = [(max(low, after), min(high, before)) for low, high in bounds if high >= after and low <= before]
     if not bounds:
@@ -163,6 +166,33 @@ def likely_anchors(
     start = max(low for low, _ in bounds if low <= end)  # a table whose window lies wholly later began late
     hours = int((end - start).total_seconds() // 3600)
     return identity, [start, end, *(t for h in range(1, hours + 1) if (t := start + dt.timedelta(hours=h)) < end)]
+
+
+def _gap_start(
+    con: duckdb.DuckDBPyConnection, encounter: dict[str, Any], identity: dict, firsts: list[dt.datetime]
+) -> dt.datetime | None:
+    """The start of the gap the hidden row left in a table that records the identity end to end (`gap`: an
+    admission's transfers, each starting when the one before ended, the first at the admission's start), when the
+    gap meets the span of the encounter's first events (give or take `slack_hours`; a stay's first transfer may
+    last two minutes before the next ICU one): the analyst reads the anchor off it exactly (blind audit 23: a hidden
+    ICU stay's transfer left its interval empty between the ward's out time and the next unit's in time). None
+    without such a gap."""
+    gap = encounter.get("gap")
+    if not gap:
+        return None
+    same = " AND ".join(f"{c} = {sql_literal(identity[c])}" for c in gap["within"])
+    opens = gap["opens"]
+    opener = f"(SELECT min({opens['time']}) FROM {opens['table']} WHERE {same})"
+    found = con.execute(
+        f"WITH kept AS (SELECT {gap['start']} AS started, {gap['end']} AS ended FROM {gap['table']} WHERE {same}), "
+        "edges AS (SELECT ended, lead(started) OVER (ORDER BY started, ended) AS next FROM kept "
+        f"UNION ALL SELECT {opener}, (SELECT min(started) FROM kept) "
+        f"WHERE NOT EXISTS (SELECT 1 FROM kept WHERE started <= {opener})) "
+        "SELECT ended FROM edges WHERE next > ended AND ended <= $last + $slack AND next >= $first - $slack "
+        "ORDER BY ended LIMIT 1",
+        {"slack": dt.timedelta(hours=gap["slack_hours"]), "first": min(firsts), "last": max(firsts)},
+    ).fetchall()
+    return found[0][0] if found else None
 
 
 def _apart_bounds(

@@ -50,6 +50,10 @@ class Record:
     fresh_id: str | None
     alike: tuple[str, ...] = ()
     position: str | None = None  # a group column that only orders the encounter's rows (a code's seq_num)
+    family: int | None = None  # a code's leading characters that name its family (an ICD category)
+    named_by: dict | None = None  # a table that speaks to the value at one position (the DRG: the principal)
+    settled: tuple = ()  # values the record states elsewhere too (a death: its time, flag and date of death)
+    history: str | None = None  # the column naming whose other encounters a code recurs in (subject_id)
 
 
 def record_of(table: str | None, gold_sql: str) -> Record | None:
@@ -64,7 +68,17 @@ def record_of(table: str | None, gold_sql: str) -> Record | None:
     if not value:
         return None
     return Record(
-        table, spec["group"], value, None, spec.get("fresh_id"), tuple(spec.get("alike", [])), spec.get("position")
+        table,
+        spec["group"],
+        value,
+        None,
+        spec.get("fresh_id"),
+        tuple(spec.get("alike", [])),
+        spec.get("position"),
+        spec.get("family"),
+        spec.get("named_by"),
+        tuple(spec.get("settled", {}).get(value, [])),
+        spec.get("history"),
     )
 
 
@@ -107,8 +121,12 @@ def _other_text(con, record: Record, row: dict, rng):
 
 
 def _other_texts(con, record: Record, row: dict) -> list:
-    """Candidate other values, none that the encounter already carries at another position (a code listed twice
-    in one admission gives the copy away: blind audit 22)."""
+    """Candidate other values: none of a family the encounter already carries at another position (a code listed
+    twice in one admission, or beside another of its category, gives the copy away: blind audits 22 and 23).
+    Rejected at a position another table speaks to, where the encounter has a row in it (a DRG is grouped on the
+    principal diagnosis: it settles which copy is true)."""
+    if _spoken_to(con, record, row):
+        raise Rejected("value_named_elsewhere")
     if record.value == "icd_code" and record.table in sex_ranges():
         found = fitting_codes(con, record.table, row["subject_id"], row["icd_version"], row["icd_code"])
     else:
@@ -122,8 +140,40 @@ def _other_texts(con, record: Record, row: dict) -> list:
                 [row[record.value], *(row[c] for c in record.alike)],
             ).fetchall()
         ]
-    taken = _carried_elsewhere(con, record, row)
-    return [value for value in found if value not in taken]
+    taken = {_family(record, value) for value in _carried_elsewhere(con, record, row)}
+    found = [value for value in found if _family(record, value) not in taken and value not in record.settled]
+    if record.history:  # as familiar from the patient's other encounters as the original, or the history settles it
+        familiar = _recurring(con, record, row)
+        found = [
+            value
+            for value in found
+            if (_family(record, value) in familiar) == (_family(record, row[record.value]) in familiar)
+        ]
+    return found
+
+
+def _family(record: Record, value):
+    return value[: record.family] if record.family and isinstance(value, str) else value
+
+
+def _spoken_to(con, record: Record, row: dict) -> bool:
+    """The row lies at the position `named_by` speaks to, and the encounter has a row in that table."""
+    named = record.named_by
+    if not named or record.position is None or row[record.position] != named["at"]:
+        return False
+    encounter = [c for c in record.group if c != record.position]
+    where = " AND ".join(f"{c} = ?" for c in encounter)
+    sql = f"SELECT count(*) FROM {named['table']} WHERE {where}"
+    return con.execute(sql, [row[c] for c in encounter]).fetchall()[0][0] > 0
+
+
+def _recurring(con, record: Record, row: dict) -> set:
+    """The value families the same `history` owner (the patient) carries in its other encounters."""
+    encounter = [c for c in record.group if c != record.position]
+    apart = " OR ".join(f"{c} IS DISTINCT FROM ?" for c in encounter)
+    sql = f"SELECT DISTINCT {record.value} FROM {record.table} WHERE {record.history} = ? AND ({apart})"
+    rows = con.execute(sql, [row[record.history], *(row[c] for c in encounter)]).fetchall()
+    return {_family(record, value) for (value,) in rows}
 
 
 def _carried_elsewhere(con, record: Record, row: dict) -> set:
@@ -165,7 +215,8 @@ def measured_other(con, ev: Evidence, row: dict, rng) -> dict:
     scaled = [value * f for f in FACTORS] + [value / f for f in FACTORS]
     for candidate in (precision.number_of(scaled[i]) for i in rng.permutation(len(scaled))):
         if candidate != value and low <= candidate <= high:
-            return {facts.number: candidate, **({facts.text: precision.text_of(candidate)} if facts.text else {})}
+            text = {facts.text: precision.text_of(candidate)} if facts.text else {}
+            return {facts.number: candidate, **text, **facts.flagged(row, candidate)}
     raise Rejected("no_plausible_conflict")
 
 
@@ -181,6 +232,8 @@ def conflicting_copies(con, ev: Evidence, record: Record, rows: list[dict], rng)
             # a companion that states the same number (a bolus's total and original amount) states the copy's
             changed |= {c: changed[number] for c in companions(ev.table, number) if row.get(c) == row[number]}
         else:
+            if row[record.value] in record.settled:
+                raise Rejected("value_settled_elsewhere")  # the record states it again (a death: its time, the dod)
             value = other_value(con, record, row, rng)
             changed = {record.value: value, **followers(con, record, row, value)}
         copies.append({**row, **changed})
@@ -198,7 +251,12 @@ class ConflictingDuplicate(NoiseSubtype):
         "evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads, and its "
         "position (seq_num) where the table has one"
     )
-    version = 10  # 10: a code's other value is none the encounter carries at another position (blind audit 22)
+    version = 11  # 11: nor one of a category it carries; no copy of the principal code of an admission with a DRG;
+    # no death copied or contradicted (`settled`: blind audit 24 settled a DIED copy by its expire flag of 0);
+    # not a route the order's pharmacy type implies (siblings.yaml `implied`); a code as familiar from the patient's
+    # other admissions as the original (`history`: blind audit 24 read a pseudocyst coded in every other admission)
+    # (blind audit 23: an AF copy beside another AF code, under a DRG of a postoperative infection)
+    # 10: a code's other value is none the encounter carries at another position (blind audit 22)
     # 9: an ICU stay conflicts on its unit, not on its end (the transfers and los keep it); a copy's
     # companions that state its number follow it (blind audit 21: a 583 mL bolus copy kept its total of 700)
     # 8: not a result its sample computes (an anion gap from its electrolytes); the copy's columns that
@@ -232,7 +290,7 @@ class ConflictingDuplicate(NoiseSubtype):
         if flagged_on_source(con, ev, rule):
             raise Rejected("evidence_already_conflicting")
         originals = pick(ev.rows, is_patient(template), rng)
-        kept_elsewhere(con, ev.table, originals)  # another table or the sample would say which copy is true
+        kept_elsewhere(con, ev.table, originals, record.value)  # another table or the sample would say which is true
         copies = conflicting_copies(con, ev, record, originals, rng)
         patch = Patch(tables={ev.table: TablePatch(key_columns=ev.key_columns, add=copies)})
         patch = sibling_patch(con, ev.table, originals, copies, patch, replace=False)  # the order's pharmacy row too

@@ -43,7 +43,8 @@ def impossible_expr(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) 
 class ImplausibleValue(NoiseSubtype):
     name = "implausible_value"
     level = "value"
-    version = 4  # 4: 3-10x the upper bound, never a decimal slip of the true value (undone by blind audits 16-18);
+    version = 5  # 5: a lab's flag marks the impossible number abnormal (measurements.yaml `flag`: blind audit 24)
+    # 4: 3-10x the upper bound, never a decimal slip of the true value (undone by blind audits 16-18);
     # not a lab chartevents also charts (blind audit 19 read a sodium of 707 as the chart's 146)
     # 3: not a result its sample computes (an anion gap from its electrolytes; blind audit 16)
     # 2: a decimal slip at the item's real precision, not a round multiple of the bound
@@ -106,5 +107,6 @@ class ImplausibleValue(NoiseSubtype):
             number = precision.number_of(bounds.high * float(rng.uniform(3, 10)))
             slipped = any(precision.number_of(number / factor) == precision.number_of(value) for factor in SLIPS)
             if number > bounds.high and not slipped:
-                return {**row, facts.number: number, **({facts.text: precision.text_of(number)} if facts.text else {})}
+                text = {facts.text: precision.text_of(number)} if facts.text else {}
+                return {**row, facts.number: number, **text, **facts.flagged(row, number)}
         raise Rejected("no_impossible_value_at_precision")  # a bound so small the precision rounds it back inside

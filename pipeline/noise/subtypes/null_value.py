@@ -19,7 +19,7 @@ from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.measurements import measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import read_value_column
-from pipeline.noise.siblings import companions, kept_elsewhere, sibling_patch
+from pipeline.noise.siblings import companions, kept_elsewhere, shared_value, sibling_patch
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
 
@@ -29,7 +29,9 @@ class NullValue(NoiseSubtype):
     name = "null_value"
     level = "value"
     requires = "a patient-level template (a population answer over many rows survives one NULL)"
-    version = 9  # 9: a lab's flag goes NULL with its number; not a result its sample computes (an anion gap from
+    version = 10  # 10: not a route the order's pharmacy type implies (siblings.yaml `implied`); a value every other
+    # row of the encounter shares is accepted, or no noise is made where it is another (`shared`: blind audit 24)
+    # 9: a lab's flag goes NULL with its number; not a result its sample computes (an anion gap from
     # its electrolytes; siblings.yaml derivations) nor an ICU dose the eMAR charted within an hour (blind audit 16)
     # 8: an infusion's amount goes NULL with its total, original rate and rate (a blind audit)
     # 7: not where another table may record the same event (siblings.yaml witnesses; a blind audit)
@@ -50,7 +52,10 @@ class NullValue(NoiseSubtype):
         rows = rows_by_key(con, table, keys)
         if len(rows) != len(keys) or any(row[number] is None for row in rows):
             raise Rejected("evidence_not_clean")
-        kept_elsewhere(con, table, rows)
+        kept_elsewhere(con, table, rows, number)
+        shared, value = shared_value(con, table, number, rows)  # the session's other procedures share one date
+        if shared and any(row[number] != value for row in rows):
+            raise Rejected("siblings_suggest_another")
         blank = dict.fromkeys([number, *companions(table, number), *([facts.text] if facts and facts.text else [])])
         blanked = [{**row, **blank} for row in rows]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=keys, add=blanked)})
@@ -65,4 +70,5 @@ class NullValue(NoiseSubtype):
             ),
             reference_python=guarded_python(template, gold, table, keys, lambda ev: ev[number].is_null().any()),
             inspect={"table": table, "filter": task.slots},
+            also_accepted=(task.answer,) if shared else (),
         )

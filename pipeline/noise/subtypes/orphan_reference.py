@@ -36,7 +36,8 @@ class OrphanReference(NoiseSubtype):
     level = "record"
     # 2: the encounter's rows in other tables that record it (transfers, ICU stays) are hidden too
     # 3: only patient questions that need the encounter row (a window offset from its times); its services too
-    version = 3
+    # 4: a hidden ICU stay is placed by the gap its transfer leaves (recovery.yaml anchor_range `gap`: blind audit 23)
+    version = 4
     requires = (
         "patient scope, and evidence rows that reference an encounter whose times bound the question's "
         "window (or whose non-key attributes it reads)"

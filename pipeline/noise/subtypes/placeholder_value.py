@@ -63,7 +63,8 @@ class PlaceholderValue(NoiseSubtype):
     # 4: columns of the same row stating the same fact go NULL with the mask (siblings.yaml companions: a masked
     #    interpretation loses its MIC, a masked first care unit its last; a blind audit read the MIC)
     # 5: the order's other prescription rows (a diluent beside its drug) are masked alike (blind audit 16)
-    version = 6  # 6: not a value the record keeps elsewhere (blind audit 22: an ERROR potassium charted in chartevents)
+    version = 7  # 7: not a route the order's pharmacy type implies (siblings.yaml `implied`: blind audit 24)
+    # 6: not a value the record keeps elsewhere (blind audit 22: an ERROR potassium charted in chartevents)
     requires = (
         "evidence in a table with a text value column (measurements.yaml, placeholders.yaml) the gold SQL "
         "reads; at population scope, one without a number beside it"
@@ -94,7 +95,7 @@ class PlaceholderValue(NoiseSubtype):
         texts = placeholders()["masks"] + (placeholders()["errors"] if number else [])
         blank = dict.fromkeys([*([number] if number else []), *companions(ev.table, text)])
         chosen = pick(ev.rows, patient, rng)
-        kept_elsewhere(con, ev.table, chosen)  # an ICU lab's chartevents copy, a sample that computes it
+        kept_elsewhere(con, ev.table, chosen, text)  # an ICU lab's chartevents copy, a sample that computes it
         masked = [{**row, text: str(rng.choice(texts)), **blank} for row in chosen]
         patch = sibling_patch(con, ev.table, chosen, masked, alteration(ev, chosen, masked))  # pharmacy keeps the route
         return scoped_twin(task, template, ev, patch, rule)
