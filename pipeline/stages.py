@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 import pipeline
+from pipeline import jsonl
 from pipeline.atomic import atomic_output
 from pipeline.build import (
     BuildConfig,
@@ -96,14 +97,6 @@ def produce(final: Path, write: Callable[[Path], object]) -> Path:
 def _write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-
-
-def _jsonl(records: Iterable) -> str:
-    return "".join(r.model_dump_json() + "\n" for r in records)
-
-
-def _read_jsonl(path: Path, model):
-    return [model.model_validate_json(line) for line in Path(path).read_text().splitlines()]
 
 
 def load_config(work: Path) -> BuildConfig:
@@ -275,7 +268,7 @@ def instantiate_shard(work: Path, shard: str, progress: Progress | None = None) 
                 config.seed,
                 on_template=lambda t, n: progress and progress("tasks", next(done), len(templates)),
             )
-        _write_text(tmp / "tasks.jsonl", _jsonl(tasks))
+        jsonl.write(tmp / "tasks.jsonl", tasks)
         _write_text(tmp / "report.json", report.model_dump_json(indent=1) + "\n")
 
     return produce(Path(work) / "tasks" / shard, write)
@@ -287,7 +280,7 @@ def pair_shard(work: Path, tasks_dir: Path, progress: Progress | None = None, wo
 
     def write(tmp: Path) -> None:
         config = load_config(work)
-        tasks = _read_jsonl(Path(tasks_dir) / "tasks.jsonl", CleanTask)
+        tasks = jsonl.read(Path(tasks_dir) / "tasks.jsonl", CleanTask)
         by_id = {t.id: t for t in shard_templates(config, Path(tasks_dir).name)}
         with open_source(config.db) as con:
             verified, rejected = candidate_pairs(
@@ -299,7 +292,7 @@ def pair_shard(work: Path, tasks_dir: Path, progress: Progress | None = None, wo
                 on_task=lambda n: progress and progress("pairs", n, len(tasks)),
                 workers=workers,
             )
-        _write_text(tmp / "pairs.jsonl", _jsonl(p for task_id in sorted(verified) for p in verified[task_id]))
+        jsonl.write(tmp / "pairs.jsonl", (p for task_id in sorted(verified) for p in verified[task_id]))
         _write_text(tmp / "rejected.json", json.dumps(sorted([*key, n] for key, n in rejected.items())) + "\n")
 
     return produce(Path(work) / "pairs" / Path(tasks_dir).name, write)
@@ -323,7 +316,7 @@ def merged_pairs(pairs_dirs: Iterable[Path]) -> tuple[dict[str, list[NoisePair]]
     verified: dict[str, list[NoisePair]] = {}
     rejected: Counter = Counter()
     for pairs_dir in pairs_dirs:
-        for pair in _read_jsonl(Path(pairs_dir) / "pairs.jsonl", NoisePair):
+        for pair in jsonl.read(Path(pairs_dir) / "pairs.jsonl", NoisePair):
             verified.setdefault(pair.clean.task_id, []).append(pair)
         for template_id, subtype, reason, n in json.loads((Path(pairs_dir) / "rejected.json").read_text()):
             rejected[(template_id, subtype, reason)] += n
@@ -338,7 +331,7 @@ def fill(work: Path, tasks_dirs: list[Path], pairs_dirs: list[Path], progress: P
     def write(tmp: Path) -> None:
         config = load_config(work)
         verified, _ = merged_pairs(pairs_dirs)
-        tasks = [t for tasks_dir in tasks_dirs for t in _read_jsonl(Path(tasks_dir) / "tasks.jsonl", CleanTask)]
+        tasks = [t for tasks_dir in tasks_dirs for t in jsonl.read(Path(tasks_dir) / "tasks.jsonl", CleanTask)]
         drawing = InstantiationReport()
         with open_source(config.db) as con:
             found, rejected, cells = fill_cells(
@@ -353,7 +346,7 @@ def fill(work: Path, tasks_dirs: list[Path], pairs_dirs: list[Path], progress: P
                 drawing=drawing,
                 on_cell=lambda n, total: progress and progress("fill", n, total),
             )
-        _write_text(tmp / "pairs.jsonl", _jsonl(p for task_id in sorted(found) for p in found[task_id]))
+        jsonl.write(tmp / "pairs.jsonl", (p for task_id in sorted(found) for p in found[task_id]))
         _write_text(tmp / "rejected.json", json.dumps(sorted([*key, n] for key, n in rejected.items())) + "\n")
         _write_text(tmp / "cells.json", json.dumps({k: v.model_dump() for k, v in cells.items()}, indent=1) + "\n")
         _write_text(tmp / "report.json", drawing.model_dump_json(indent=1) + "\n")
@@ -386,7 +379,7 @@ def assemble(work: Path, source: Path, tasks_dirs: list[Path], pairs_dirs: list[
             InstantiationReport.model_validate_json((Path(filled) / "report.json").read_text()),
         )
         for name, records in (("tasks", tasks), ("labels", labels), ("patches", patches)):
-            _write_text(tmp / f"{name}.jsonl", _jsonl(records))
+            jsonl.write(tmp / f"{name}.jsonl", records)
         _write_text(tmp / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
     return produce(Path(work) / "assembled", write)
@@ -394,9 +387,9 @@ def assemble(work: Path, source: Path, tasks_dirs: list[Path], pairs_dirs: list[
 
 def read_records(assembled: Path) -> tuple[list[TaskRecord], list[LabelRecord], list[PatchRecord]]:
     return (
-        _read_jsonl(assembled / "tasks.jsonl", TaskRecord),
-        _read_jsonl(assembled / "labels.jsonl", LabelRecord),
-        _read_jsonl(assembled / "patches.jsonl", PatchRecord),
+        jsonl.read(assembled / "tasks.jsonl", TaskRecord),
+        jsonl.read(assembled / "labels.jsonl", LabelRecord),
+        jsonl.read(assembled / "patches.jsonl", PatchRecord),
     )
 
 

@@ -11,14 +11,15 @@ from test_verifier import LAB_INSPECT, NULL, label, trajectory
 from pipeline.env.verifier import verify
 from pipeline.noise.base import Rejected, subtypes
 from pipeline.noise.evidence import impossible_on_source
+from pipeline.noise.measurements import plausible_ranges
 from pipeline.noise.overlay import overlay
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.recovery import load_config
-from pipeline.noise.recovery.anchors import likely_anchors
+from pipeline.noise.recovery.anchors import likely_anchors, own_windows
 from pipeline.noise.verify import verify_pair
 from pipeline.release.pairs import choose_pairs
 from pipeline.templates.answers import AnswerValue
-from pipeline.templates.instantiate import instantiate
+from pipeline.templates.instantiate import instantiate, task_of
 from pipeline.templates.programs import Tables
 from pipeline.templates.registry import load_templates
 
@@ -139,18 +140,50 @@ def test_a_hidden_icu_stay_begins_where_its_transfer_left_a_gap(source):
     assert not pairs and reasons["recoverable_anchor_range"] > 0, reasons
 
 
+def test_a_hidden_admission_is_placed_by_its_admit_order_alone(source):
+    """Blind audit 26: admission 26158160's ED labs, linked to it 2 h before admittime, ended the tables' joint range
+    before the ADT admit order; the order's own window (23:08 to 02:08) gives one list of IV drugs started in the
+    first 24 hours, so hiding the admission leaves the question answerable, and the pair is rejected."""
+    template = TEMPLATES["drugs_started_first_24h_by_route"]
+    task = task_of(source, template, {"subject_id": 10005866, "hadm_id": 26158160, "route": "IV"})
+    assert task is not None
+    encounter = next(e for e in load_config()["anchor_range"]["encounters"] if e["table"] == "admissions")
+    subtype = subtypes()["orphan_reference"]
+    reasons = Counter()
+    for seed in range(3):
+        try:
+            verify_pair(source, Tables(source), task, template, subtype, seed=seed)
+        except Rejected as exc:
+            reasons[exc.reason] += 1
+    assert reasons == Counter({"recoverable_anchor_range": 3}), reasons
+    (window,) = own_windows(source, encounter, 26158160)
+    assert [t.strftime("%H:%M") for t in window[:2]] == ["23:08", "02:08"]
+
+
 def test_choosing_pairs_spreads_sub_types_before_levels():
     """Tasks with several verified pairs take the least-chosen sub-type: a sub-type verified on few tasks is
     still published (the demo's out_of_window pairs were all chosen away at level balance)."""
-
-    class Pair:
-        def __init__(self, task, subtype, level):
-            self.pair_id, self.subtype, self.level = f"{task}-{subtype}", subtype, level
 
     verified = {f"t{i}": [Pair(f"t{i}", "common", "query"), Pair(f"t{i}", "rare", "record")] for i in range(4)}
     verified |= {f"u{i}": [Pair(f"u{i}", "filler", "record")] for i in range(8)}
     chosen = Counter(p.subtype for p in choose_pairs(verified, seed=0))
     assert chosen["rare"] >= 2 and chosen["common"] + chosen["rare"] == 4 and chosen["filler"] == 8
+
+
+class Pair:
+    def __init__(self, task, subtype, level, trap=False):
+        self.pair_id, self.subtype, self.level, self.trap = f"{task}-{subtype}", subtype, level, trap
+
+
+def test_choosing_pairs_prefers_a_trap_within_one_pick_of_even():
+    """A task takes a pair whose careless reading is a plausible wrong answer over one a careless agent passes by
+    finding nothing (the synthetic release's careless agent passed 4 of 35 noisy tasks that way), while sub-types
+    stay within one pick of each other."""
+    verified = {"t0": [Pair("t0", "a_empty", "query"), Pair("t0", "b_trap", "query", trap=True)]}
+    assert [p.subtype for p in choose_pairs(verified, seed=0)] == ["b_trap"]
+    verified = {f"t{i}": [Pair(f"t{i}", "a_empty", "query"), Pair(f"t{i}", "b_trap", "query", True)] for i in range(9)}
+    chosen = Counter(p.subtype for p in choose_pairs(verified, seed=0))
+    assert chosen == Counter({"b_trap": 5, "a_empty": 4})
 
 
 def test_a_conflicting_copy_states_its_number_in_its_companions(source):
@@ -166,6 +199,23 @@ def test_a_conflicting_copy_states_its_number_in_its_companions(source):
         ).fetchall()
         for column, value in zip(("totalamount", "originalamount"), original[1:], strict=True):
             assert copy[column] == (copy["amount"] if value == original[0] else value), column
+
+
+def test_a_conflicting_stay_copy_agrees_with_itself_on_its_units(source):
+    """A stay that began and ended in one unit is copied as a stay of the other unit throughout, and its transfer
+    with it (blind audit 26 settled a copy that began in the MICU but ended in the original's SICU); a stay of
+    several units keeps its last unit in the copy."""
+    pairs, reasons = _outcomes(source, "icu_stay_first_careunit", "conflicting_duplicate", tasks=8)
+    assert pairs, reasons
+    for pair in pairs:
+        (copy,) = pair.patch.tables["icustays"].add
+        ((first, last),) = source.execute(
+            "SELECT first_careunit, last_careunit FROM icustays WHERE stay_id = ?", [copy["stay_id"]]
+        ).fetchall()
+        assert copy["first_careunit"] != first
+        assert copy["last_careunit"] == (copy["first_careunit"] if first == last else last)
+        transfers = pair.patch.tables["transfers"].add
+        assert [t["careunit"] for t in transfers if t["intime"] == copy["intime"]] == [copy["first_careunit"]]
 
 
 def test_a_masked_route_the_products_other_orders_state_is_no_label(source):
@@ -286,3 +336,24 @@ def test_a_lab_number_the_noise_writes_is_flagged_as_a_real_one_would_be(source)
                 if low is not None and high is not None:
                     outside = not low <= row["valuenum"] <= high
                     assert row["flag"] == ("abnormal" if outside else None), (subtype, pair.pair_id, row)
+
+
+def test_an_impossible_maximum_may_be_left_out_but_never_reported(source):
+    """Blind audits 24 and 25: beside an impossible highest heart rate, the stay's highest valid reading is what a
+    careful analyst may report; abstaining stays the label, the valid maximum is accepted, the impossible one fails."""
+    template = TEMPLATES["vital_max_in_stay"]
+    assert not {"null_value", "placeholder_value"} & set(template.spec.noise)
+    pairs, reasons = _outcomes(source, template.id, "implausible_value", tasks=8)
+    assert pairs, reasons
+    ranges = plausible_ranges()["chartevents"]
+    for pair in pairs:
+        (row,) = pair.patch.tables["chartevents"].add
+        bounds, stay = ranges[row["itemid"]], pair.clean.slots["stay_id"]
+        assert pair.contract == "abstain" and pair.expected.value is None
+        with overlay(source, pair.patch) as noisy:
+            valid = noisy.execute(
+                "SELECT max(valuenum) FROM chartevents WHERE stay_id = ? AND itemid = ? AND valuenum BETWEEN ? AND ?",
+                [stay, row["itemid"], bounds.low, bounds.high],
+            ).fetchall()[0][0]
+        assert [a.value for a in pair.accepted] == ([valid] if valid is not None else []), pair.pair_id
+        assert pair.naive_answer.value == row["valuenum"] > bounds.high, pair.pair_id

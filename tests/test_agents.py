@@ -160,11 +160,8 @@ TARGETS = [
     literal_is_measured_per_level_and_subtype,
 ]
 # Targets the synthetic release misses, each for a named reason (strict: the test fails once the target is met).
-MISSED_ON_DEMO = {
-    relaxing_falls_for_noise: "4 of the 37 noisy demo tasks (false_premise x2, unknown_concept, missing_record) ask "
-    "about an entity or record the noisy data lacks, where the relaxing agent's literal NULL is a valid abstention: "
-    "4/37 > 10% since the release spreads sub-types before levels (session 10)",
-}
+MISSED_ON_DEMO: dict = {}  # none since session 14: the careless reading takes the first of two rows, a careless
+# agent looks for similar names among the patient's own labs, and a task prefers a trap pair
 MISSED_ON_SYNTHETIC: dict = {}  # none since blind audit 20's fixes (relaxing_falls_for_noise was missed before)
 
 

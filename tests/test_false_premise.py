@@ -9,7 +9,7 @@ import pytest
 from pipeline.concepts import concept_key
 from pipeline.db import scalar
 from pipeline.noise.base import Rejected, subtypes
-from pipeline.noise.subtypes.false_premise import recorded_in
+from pipeline.noise.subtypes.false_premise import recorded_in, roots
 from pipeline.templates.instantiate import CleanTask, instantiate
 from pipeline.templates.programs import Tables, load_python_program, run_sql, tables_for
 from pipeline.templates.registry import load_templates
@@ -100,3 +100,31 @@ def test_flushes_are_administrations(source):
     assert flushed > 25
     sql, python = _answers(source, "drug_administration_count", slots)
     assert sql == python and sql[0]["value"] >= flushed
+
+
+def test_a_lab_premise_has_no_kin_among_the_encounters_lab_and_chart_names(source):
+    """Blind audit 26: "Monos" (a body-fluid item) was asked of patient 10021118, who had blood Monocytes, charted
+    as "Differential-Monos". A premise lab shares no word root or abbreviation with a lab or chart name of the
+    admission."""
+    assert roots("Monos") & roots("Monocytes") and roots("Differential-Monos") & roots("Monos")
+    assert roots("WBC") & roots("White Blood Cells") and not roots("Lipase") & roots("Lactate")
+    template, subtype = TEMPLATES["lab_last_value_in_admission"], subtypes()["false_premise"]
+    tasks, _ = instantiate(source, [template], per_template=8, seed=5)
+    kept = 0
+    for task in tasks:
+        try:
+            twin = subtype.make(source, task, template, np.random.default_rng(0))
+        except Rejected:
+            continue
+        kept += 1
+        names = {
+            r[0]
+            for sql in (
+                "SELECT DISTINCT d.label FROM labevents JOIN d_labitems d USING (itemid) WHERE hadm_id = ?",
+                "SELECT DISTINCT d.label FROM chartevents JOIN d_items d USING (itemid) WHERE hadm_id = ?",
+            )
+            for r in source.execute(sql, [task.slots["hadm_id"]]).fetchall()
+        }
+        premise = twin.patch.slots["lab_label"]
+        assert not any(roots(premise) & roots(name) for name in names), (premise, task.task_id)
+    assert kept >= 4

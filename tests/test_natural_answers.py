@@ -9,9 +9,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from pipeline.env.verifier import answer_mismatches
 from pipeline.templates.answers import AnswerValue, answer_format
 from pipeline.templates.instantiate import instantiate
+from pipeline.templates.matching import answer_mismatches
 from pipeline.templates.registry import load_templates
 from pipeline.templates.spec import AnswerType
 

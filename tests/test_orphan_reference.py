@@ -18,8 +18,10 @@ ORPHAN = subtypes()["orphan_reference"]
 
 
 def test_a_hidden_admission_leaves_no_transfer_icu_stay_or_service(source):
-    template = TEMPLATES["lab_first_value_within_24h"]
-    tasks = instantiate(source, [template], per_template=6, seed=7)[0]
+    # a first-24-hour question is answerable wherever the admit order places the admission (recoverable); the
+    # hours from admission to the ICU move with it
+    template = TEMPLATES["procedure_day_of_admission"]
+    tasks = instantiate(source, [template], per_template=14, seed=7)[0]
     pairs = []
     for task in tasks:  # a pair whose answer holds at every likely admission time is rejected as recoverable
         try:
@@ -33,8 +35,8 @@ def test_a_hidden_admission_leaves_no_transfer_icu_stay_or_service(source):
         with overlay(source, pair.patch):
             for table in ("admissions", "transfers", "icustays", "services"):
                 assert scalar(source, f"SELECT count(*) FROM {table} WHERE hadm_id = ?", [hadm_id]) == 0, table
-            assert scalar(source, "SELECT count(*) FROM labevents WHERE hadm_id = ?", [hadm_id]) > 0
-        assert pair.expected.value is None and pair.naive_answer.value is None  # no admission, no first 24 hours
+            assert scalar(source, "SELECT count(*) FROM procedures_icd WHERE hadm_id = ?", [hadm_id]) > 0
+        assert pair.expected.value is None and pair.naive_answer.value is None  # no admission, no day of it
 
 
 def test_a_question_reading_the_sibling_table_is_rejected(source):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from pipeline.db import scalar
-from pipeline.env.verifier import convert_unit
 from pipeline.noise.base import Rejected, subtypes
-from pipeline.noise.subtypes.unit_mismatch import expected_units, re_expressed_units, units_of
+from pipeline.noise.subtypes.unit_mismatch import expected_units, re_expressed_units, units_of, written_as
 from pipeline.noise.verify import verify_pair
 from pipeline.templates.instantiate import instantiate
+from pipeline.templates.matching import convert_unit, normal_unit
 from pipeline.templates.programs import Tables
 from pipeline.templates.registry import load_templates
 
@@ -36,7 +36,6 @@ def test_every_re_expressed_unit_converts():
     ("template_id", "table", "number"),
     [
         ("lab_first_value_within_24h", "labevents", "valuenum"),
-        ("input_volume_total_in_stay", "inputevents", "amount"),
         ("prescription_first_dose", "prescriptions", "dose_val_rx"),
     ],
 )
@@ -47,7 +46,8 @@ def test_a_patient_pair_holds_the_converted_quantity_and_its_label_is_the_clean_
     units, tolerance = units_of(table), TEMPLATES[template_id].spec.answer.tolerance
     (row,) = pair.patch.tables[table].add
     usual = expected_units(source, units, {row[units.item]})[row[units.item]]
-    assert row[units.unit] == re_expressed_units()[usual] != usual
+    assert normal_unit(row[units.unit]) == normal_unit(re_expressed_units()[usual]) != normal_unit(usual)
+    assert row[units.unit] == written_as(source, units, row[units.unit], row[units.item])  # as real rows spell it
     (hidden,) = pair.patch.tables[table].hide
     key = " AND ".join(f"{c} = {v!r}" for c, v in hidden.items())
     clean = float(scalar(source, f"SELECT {number} FROM {table} WHERE {key}"))
@@ -55,6 +55,21 @@ def test_a_patient_pair_holds_the_converted_quantity_and_its_label_is_the_clean_
     assert float(row[number]) != pytest.approx(clean)
     assert pair.contract == "repair" and pair.expected == pair.clean.answer  # the careful reading is the clean answer
     assert pair.trap and pair.naive_answer != pair.expected
+
+
+def test_a_unit_the_column_never_writes_is_not_written(source):
+    """Blind audit 26: a dose's gram spelling stood out, and an input of 0.1 'L' where every real input volume is
+    in 'ml'. A unit is written as the item's (else the column's) real rows spell it, or the candidate is rejected."""
+    prescriptions = units_of("prescriptions")
+    assert written_as(source, prescriptions, "grams") == "g" and written_as(source, prescriptions, "mg") == "mg"
+    assert written_as(source, prescriptions, "grams", "Ampicillin Sodium") == "g"
+    assert written_as(source, units_of("inputevents"), "L") is None
+    template, reasons = TEMPLATES["input_volume_total_in_stay"], set()
+    for task in instantiate(source, [template], per_template=6, seed=0)[0]:
+        with pytest.raises(Rejected) as rejected:
+            verify_pair(source, Tables(source), task, template, UNIT_MISMATCH, seed=0)
+        reasons.add(rejected.value.reason)
+    assert reasons == {"unit_unknown_to_column"}
 
 
 def test_a_temperature_is_written_in_the_other_scale(source):

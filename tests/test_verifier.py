@@ -7,8 +7,6 @@ import pytest
 from pipeline.env.records import QueryRecord, ToolCall, ToolResult, Trajectory
 from pipeline.env.verifier import (
     Verdict,
-    convert_unit,
-    normal_unit,
     registry_template,
     required_pins,
     template_of,
@@ -16,6 +14,7 @@ from pipeline.env.verifier import (
 )
 from pipeline.release.records import LabelRecord
 from pipeline.templates.answers import AnswerValue
+from pipeline.templates.matching import convert_unit, normal_unit
 from pipeline.templates.registry import load_templates
 
 LAB_SLOTS = {"subject_id": 10006053, "hadm_id": 22942076, "lab_label": "Urea Nitrogen"}

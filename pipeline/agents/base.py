@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 from pipeline.agents.reading import Reader, reader_for, reading_key
 from pipeline.env.records import ToolResult
 from pipeline.release.records import LabelRecord
-from pipeline.templates.answers import AnswerShapeError, AnswerValue, canonical_answer
+from pipeline.templates.answers import AnswerShapeError, AnswerValue, canonical_answer, first_reading
 from pipeline.templates.instantiate import typed_slots
 from pipeline.templates.render import render_sql
 from pipeline.templates.spec import Template
@@ -121,12 +121,14 @@ class Agent:
         return episode.call("answer", arguments)
 
     @staticmethod
-    def canonical(frame: pl.DataFrame | None, context: AgentContext) -> AnswerValue:
-        """A result frame as the template's typed answer; no frame, no row, an empty list or a wrong shape is NULL."""
+    def canonical(frame: pl.DataFrame | None, context: AgentContext, careless: bool = False) -> AnswerValue:
+        """A result frame as the template's typed answer; no frame, no row, an empty list or a wrong shape is NULL.
+        `careless`: several rows for one value give the first (`first_reading`), as a careless reader takes it."""
         if frame is None:
             return AnswerValue(value=None)
         try:
-            answer = canonical_answer(frame, context.template.spec.answer)
+            read = first_reading if careless else canonical_answer
+            answer = read(frame, context.template.spec.answer)
         except AnswerShapeError:
             return AnswerValue(value=None)
         return AnswerValue(value=None) if is_empty(answer) or is_nan(answer.value) else answer

@@ -15,7 +15,6 @@ from typing import TypeVar
 import sqlglot
 from sqlglot import expressions as exp
 
-from pipeline.env.verifier import convert_unit
 from pipeline.noise.base import Rejected
 from pipeline.noise.encounters import (
     ADMISSION,
@@ -34,6 +33,7 @@ from pipeline.noise.subtypes.placeholder_value import placeholder_rule, value_co
 from pipeline.noise.subtypes.unit_mismatch import Units, units_of, wrong_unit_rule
 from pipeline.source.schema import load_schema
 from pipeline.templates.lint import sample_slots
+from pipeline.templates.matching import convert_unit
 from pipeline.templates.render import render_sql, sql_literal
 from pipeline.templates.spec import Template
 

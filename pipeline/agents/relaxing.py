@@ -4,7 +4,7 @@ Relaxations, each tried through the sql tool in this order until the gold progra
 answer: another admission / ICU stay of the same patient (a patient that does not exist: the nearest patient
 id), the most similar existing name for a concept slot (the patient's own names first, then any; by
 jaro_winkler_similarity in SQL), a wider time window, then an encounter swap together with a similar name.
-It never checks values: whatever it finds is its answer.
+It never checks values: whatever it finds is its answer (of several rows for one value, the first).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from pipeline.agents import register
 from pipeline.agents.base import Agent, AgentContext, is_empty
+from pipeline.concepts import concept_records
 from pipeline.source.schema import load_schema
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.render import sql_literal
@@ -43,7 +44,9 @@ class Relaxing(Agent):
         self.answer(episode, answer)
 
     def attempt(self, episode, context: AgentContext, slots: dict[str, Any]) -> AnswerValue:
-        return self.canonical(self.sql(episode, context.render(context.template.gold_sql, slots)), context)
+        return self.canonical(
+            self.sql(episode, context.render(context.template.gold_sql, slots)), context, careless=True
+        )
 
     def relaxations(self, episode, context: AgentContext) -> Iterator[dict[str, Any]]:
         """Slot variants, single relaxations first, then an encounter swap combined with a similar name."""
@@ -85,14 +88,16 @@ class Relaxing(Agent):
                 continue
             table, column = where.split(".")
             asked, names = str(context.slots[name]), []
-            if subject is not None and "subject_id" in load_schema()[table].column_names:
-                names += self.names_like(episode, table, column, asked, f"subject_id = {sql_literal(subject)}")
-            names += [n for n in self.names_like(episode, table, column, asked) if n not in names]
+            if subject is not None:
+                for source, named in patient_names(where, table, column):
+                    names += self.names_like(episode, source, named, asked, f"t.subject_id = {sql_literal(subject)}")
+            names += [n for n in self.names_like(episode, f"{table} t", f"t.{column}", asked) if n not in names]
             found += [{name: v} for v in names]
         return found
 
-    def names_like(self, episode, table: str, column: str, asked: str, where: str = "TRUE") -> list[str]:
-        base = f"FROM {table} WHERE {column} IS NOT NULL AND {column} <> {sql_literal(asked)} AND {where}"
+    def names_like(self, episode, source: str, column: str, asked: str, where: str = "TRUE") -> list[str]:
+        """The names in `column` of `source` (a FROM clause) most like the asked one."""
+        base = f"FROM {source} WHERE {column} IS NOT NULL AND {column} <> {sql_literal(asked)} AND {where}"
         similarity = f"jaro_winkler_similarity(lower({column}), lower({sql_literal(asked)}))"
         frame = self.sql(
             episode,
@@ -104,6 +109,19 @@ class Relaxing(Agent):
         frame = self.sql(episode, f"SELECT DISTINCT {column} AS name {base} ORDER BY 1")  # no SQL similarity: Python
         names = frame["name"].to_list() if frame is not None and frame.height else []
         return difflib.get_close_matches(asked, names, n=SIMILAR_NAMES, cutoff=0.0)
+
+
+def patient_names(where: str, table: str, column: str) -> list[tuple[str, str]]:
+    """(FROM clause, name column) pairs that give a patient's own names of a vocabulary: the table itself where it
+    has subject_id, else the tables recording its concepts through the dictionary (a lab's labevents rows)."""
+    schema = load_schema()
+    if "subject_id" in schema[table].column_names:
+        return [(f"{table} t", f"t.{column}")]
+    return [
+        (f"{r['table']} t JOIN {r['via']} d USING ({', '.join(r['keys'])})", f"d.{r['column']}")
+        for r in concept_records(where)
+        if "via" in r and "subject_id" in schema[r["table"]].column_names
+    ]
 
 
 def widened_windows(context: AgentContext) -> Iterator[dict[str, Any]]:

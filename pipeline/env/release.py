@@ -6,17 +6,15 @@ import hashlib
 import json
 import weakref
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import duckdb
-from pydantic import BaseModel
 
+from pipeline import jsonl
 from pipeline.env.gateway import Gateway, Limits, open_locked
 from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord
 from pipeline.release.scoring import read_scoring_templates, scoring_drift
 from pipeline.templates.spec import Template
-
-M = TypeVar("M", bound=BaseModel)
 
 
 def _registry_template(template_id: str, version: int, release: str) -> Template:
@@ -56,16 +54,6 @@ def _check_hashes(root: Path, manifest: dict[str, Any]) -> None:
             raise ReleaseError(f"{path}: listed in the manifest but missing")
         if hashlib.sha256(path.read_bytes()).hexdigest() != entry["sha256"]:
             raise ReleaseError(f"{path}: sha256 differs from manifest.json (the release was modified)")
-
-
-def _jsonl(path: Path, model: type[M]) -> list[M]:
-    out: list[M] = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        try:
-            out.append(model.model_validate_json(line))
-        except ValueError as err:
-            raise ReleaseError(f"{path}:{number}: not a {model.__name__}: {str(err).splitlines()[0]}") from None
-    return out
 
 
 def _check_source(con, manifest: dict[str, Any], db: Path, fingerprint: bool) -> None:
@@ -168,8 +156,11 @@ class Release:
         manifest = _read_manifest(root)
         _check_hashes(root, manifest)
         db = find_source(root, manifest, source_db)
-        tasks, labels = _jsonl(root / "tasks.jsonl", TaskRecord), _jsonl(root / "labels.jsonl", LabelRecord)
-        patches = _jsonl(root / "patches" / "patches.jsonl", PatchRecord)
+        tasks, labels = (
+            jsonl.read(root / "tasks.jsonl", TaskRecord, ReleaseError),
+            jsonl.read(root / "labels.jsonl", LabelRecord, ReleaseError),
+        )
+        patches = jsonl.read(root / "patches" / "patches.jsonl", PatchRecord, ReleaseError)
         try:
             templates = read_scoring_templates(root)
         except ValueError as err:

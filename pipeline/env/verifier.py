@@ -1,6 +1,7 @@
 """The deterministic verifier: Answer Match and Abstention Validity of one episode's trajectory against its label.
 
-Answer Match compares the final answer with the label's expected answer under the template's Answer spec
+Answer Match (`pipeline.templates.matching`, the one matcher the pair verifier uses too) compares the final
+answer with the label's expected answer under the template's Answer spec
 (numbers within the tolerance, lists as multisets unless ordered, and the record fields the question asks for,
 `answer.asked_records`, with datetimes and numbers normalised; other associated records are never required).
 Units are normalised through `unit_aliases.yaml`; a number given without a unit takes the expected unit (the task's
@@ -17,19 +18,14 @@ source connection the rule of version 1 applies: a statement pinning each inspec
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 import re
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import duckdb
 import sqlglot
-import yaml
 from pydantic import BaseModel, ConfigDict
 from sqlglot import expressions as exp
 
@@ -38,13 +34,12 @@ from pipeline.env.records import Trajectory
 from pipeline.release.records import LabelRecord
 from pipeline.source.schema import load_schema
 from pipeline.templates.answers import AnswerValue
+from pipeline.templates.matching import answer_mismatches, as_number
 from pipeline.templates.registry import load_templates
-from pipeline.templates.spec import Answer, AnswerType, Template
+from pipeline.templates.spec import Template
 
 RULE_VERSION = 3  # 2: abstention validity from evidence coverage; unit-free and converted-unit numbers match
 # 3: a label's accepted answers (other defensible readings) pass Answer Match
-_NUMBER_EPSILON = 1e-9  # floating-point slack on top of the template's tolerance
-_RECORD_TOLERANCE = 1e-6
 
 
 class Verdict(BaseModel):
@@ -148,172 +143,6 @@ def template_of(label: LabelRecord) -> Template:
             f"the registry has v{template.spec.version}"
         )
     return template
-
-
-# --- Answer Match ------------------------------------------------------------------------------------------
-
-
-def answer_mismatches(expected: AnswerValue, got: AnswerValue, spec: Answer) -> list[str]:
-    """What differs between the expected and the given answer (empty: they match)."""
-    if got.value is None:
-        return [f"answered NULL, but the record supports an answer: expected {expected.value!r}"]
-    value, unit_problem = in_expected_unit(expected.unit, got, spec)
-    reasons = [unit_problem] if unit_problem else []
-    if not unit_problem and not _values_match(expected.value, value, spec):
-        shown = f"{got.value!r}" if value is got.value else f"{got.value!r} {got.unit} (= {value:g} {expected.unit})"
-        reasons.append(f"value {shown} does not match expected {expected.value!r}" + _tolerance_note(spec))
-    for column in sorted(spec.asked_records):  # score only what is asked: labels keep the others as provenance
-        value = expected.records.get(column)
-        if column not in got.records:
-            reasons.append(f"record {column!r} missing: expected {value!r}")
-        elif not _same_scalar(value, got.records[column], _RECORD_TOLERANCE):
-            reasons.append(f"record {column!r} is {got.records[column]!r}, expected {value!r}")
-    return reasons
-
-
-def in_expected_unit(unit: str | None, got: AnswerValue, spec: Answer) -> tuple[Any, str | None]:
-    """The given value in the expected `unit`, or why it cannot be. No given unit takes the expected one (the
-    task's answer format states it); a number in another unit of the same dimension is converted."""
-    if unit is None or normal_unit(got.unit) is None or normal_unit(got.unit) == normal_unit(unit):
-        return got.value, None
-    if spec.type is not AnswerType.number:
-        return got.value, f"unit {got.unit!r} does not match expected {unit!r}"
-    converted = convert_unit(got.value, got.unit, unit)
-    if converted is None:
-        return got.value, f"unit {got.unit!r} cannot be converted to {unit!r}"
-    return converted, None
-
-
-def convert_unit(value: Any, unit: str | None, target: str | None) -> float | None:
-    """`value` in `unit` expressed in `target` (unit_conversions.yaml); None: not a number, no unit, or not one
-    dimension."""
-    number, source, goal = _as_number(value), _conversion(unit), _conversion(target)
-    if number is None or source is None or goal is None or source[0] != goal[0]:
-        return None
-    base = number * source[1] + source[2]
-    return (base - goal[2]) / goal[1]
-
-
-@cache
-def _unit_conversions() -> dict[str, tuple[str, float, float]]:
-    """Canonical unit -> (dimension, scale, offset) from unit_conversions.yaml."""
-    raw = yaml.safe_load(resources.files("pipeline.env").joinpath("unit_conversions.yaml").read_text())
-    return {
-        key: (dimension, float(size["scale"]), float(size.get("offset", 0.0)))
-        for dimension, units in raw.items()
-        for unit, size in units.items()
-        if (key := normal_unit(unit)) is not None
-    }
-
-
-def _conversion(unit: str | None) -> tuple[str, float, float] | None:
-    key = normal_unit(unit)
-    return None if key is None else _unit_conversions().get(key)
-
-
-def _tolerance_note(spec: Answer) -> str:
-    return f" (tolerance {spec.tolerance})" if spec.type is AnswerType.number else ""
-
-
-def _values_match(expected: Any, got: Any, spec: Answer) -> bool:
-    kind = spec.type
-    if kind is AnswerType.list:
-        if not isinstance(got, list) or not isinstance(expected, list):
-            return False
-        left, right = [_list_item(v) for v in expected], [_list_item(v) for v in got]
-        return left == right if spec.ordered else Counter(left) == Counter(right)
-    if kind is AnswerType.number:
-        a, b = _as_number(expected), _as_number(got)
-        return a is not None and b is not None and abs(a - b) <= spec.tolerance + _NUMBER_EPSILON
-    if kind is AnswerType.count:
-        a, b = _as_number(expected), _as_number(got)
-        return a is not None and b is not None and a == b
-    if kind is AnswerType.boolean:
-        return _as_bool(expected) is not None and _as_bool(expected) == _as_bool(got)
-    if kind is AnswerType.datetime:
-        return _same_time(expected, got)
-    return _normal_text(expected) == _normal_text(got)
-
-
-def _same_scalar(expected: Any, got: Any, tolerance: float) -> bool:
-    """Record values: numbers within the tolerance, datetimes by instant, other values as normalised text."""
-    if expected is None or got is None:
-        return expected is None and got is None
-    a, b = _as_number(expected), _as_number(got)
-    if a is not None and b is not None:
-        return abs(a - b) <= tolerance
-    if _as_time(expected) is not None:
-        return _same_time(expected, got)
-    return _normal_text(expected) == _normal_text(got)
-
-
-def _list_item(value: Any) -> Any:
-    number = _as_number(value)
-    return round(number, 6) if number is not None else _normal_text(value)
-
-
-def _as_number(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int | float):
-        return None if math.isnan(value) else float(value)
-    try:
-        return float(str(value).strip().replace(",", ""))
-    except ValueError:
-        return None
-
-
-_TRUE, _FALSE = {"true", "yes", "1", "t", "y"}, {"false", "no", "0", "f", "n"}
-
-
-def _as_bool(value: Any) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    text = _normal_text(value)
-    return True if text in _TRUE else False if text in _FALSE else None
-
-
-def _as_time(value: Any) -> dt.datetime | None:
-    if isinstance(value, dt.datetime):
-        return value.replace(tzinfo=None)
-    if isinstance(value, dt.date):
-        return dt.datetime(value.year, value.month, value.day)
-    try:
-        return dt.datetime.fromisoformat(str(value).strip().replace("T", " ")).replace(tzinfo=None)
-    except ValueError:
-        return None
-
-
-def _same_time(expected: Any, got: Any) -> bool:
-    """Equal instants (a date is its midnight); text that is no datetime is compared as text."""
-    a, b = _as_time(expected), _as_time(got)
-    if a is None or b is None:
-        return _normal_text(expected) == _normal_text(got)
-    return a == b
-
-
-def _normal_text(value: Any) -> str:
-    return re.sub(r"\s+", " ", str(value)).strip().casefold()
-
-
-@cache
-def _unit_aliases() -> dict[str, str]:
-    raw = yaml.safe_load(resources.files("pipeline.env").joinpath("unit_aliases.yaml").read_text())
-    return {
-        _squeeze(alias): _squeeze(canonical) for canonical, aliases in raw.items() for alias in [canonical, *aliases]
-    }
-
-
-def _squeeze(unit: Any) -> str:
-    return re.sub(r"\s+", "", str(unit)).casefold()
-
-
-def normal_unit(unit: Any) -> str | None:
-    """A unit's canonical spelling (case, whitespace and the alias table); None stays None."""
-    if unit is None or str(unit).strip() == "":
-        return None
-    squeezed = _squeeze(unit)
-    return _unit_aliases().get(squeezed, squeezed)
 
 
 # --- Abstention Validity -----------------------------------------------------------------------------------
@@ -433,7 +262,7 @@ def _literal(node: exp.Expr) -> str | None:
 
 def _literal_text(value: Any) -> str:
     """A filter value or SQL literal as comparable text (numbers in one spelling; text case-folded)."""
-    number = _as_number(value) if not isinstance(value, str) or re.fullmatch(r"-?\d+(\.\d+)?", value.strip()) else None
+    number = as_number(value) if not isinstance(value, str) or re.fullmatch(r"-?\d+(\.\d+)?", value.strip()) else None
     if number is not None:
         return repr(int(number)) if number == int(number) else repr(number)
     return str(value).casefold()

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pipeline import jsonl
 from pipeline.atomic import atomic_output
 from pipeline.evaluate.metrics import agent_metrics
 from pipeline.evaluate.records import EpisodeResult
@@ -54,18 +55,11 @@ def metrics_document(config: EvalConfig, task_ids: list[str], runs: dict[str, li
     }
 
 
-def _jsonl(path: Path, records) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        for record in records:
-            handle.write(record.model_dump_json() + "\n")
-
-
 def write_outputs(folder: Path, metrics: dict, runs: dict[str, list[TaskRun]], timing: dict) -> None:
     """Every file of an evaluation folder (into `folder`, which the caller publishes)."""
     for name, agent_runs in runs.items():
-        _jsonl(folder / "trajectories" / f"{name}.jsonl", (t for run in agent_runs for t in run.trajectories))
-        _jsonl(folder / "verdicts" / f"{name}.jsonl", (r for run in agent_runs for r in run.results))
+        jsonl.write(folder / "trajectories" / f"{name}.jsonl", (t for run in agent_runs for t in run.trajectories))
+        jsonl.write(folder / "verdicts" / f"{name}.jsonl", (r for run in agent_runs for r in run.results))
     write_report(metrics, folder)
     (folder / "timing.json").write_text(json.dumps(timing, indent=1, sort_keys=True) + "\n")
 

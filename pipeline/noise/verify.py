@@ -18,8 +18,16 @@ from pipeline.noise.overlay import overlay, overlay_diff, polars_overlay
 from pipeline.noise.patch import Patch
 from pipeline.noise.recovery import check_recovery
 from pipeline.noise.recovery.case import Case
-from pipeline.templates.answers import AnswerShapeError, AnswerValue, answers_agree, canonical_answer, is_empty
+from pipeline.templates.answers import (
+    AnswerShapeError,
+    AnswerValue,
+    answers_agree,
+    canonical_answer,
+    first_reading,
+    is_empty,
+)
 from pipeline.templates.instantiate import CleanTask, typed_slots
+from pipeline.templates.matching import scores_as
 from pipeline.templates.programs import Tables, run_sql, tables_for
 from pipeline.templates.render import render
 from pipeline.templates.spec import AnswerType, Template
@@ -67,9 +75,10 @@ def _same(a: AnswerValue, b: AnswerValue, template: Template) -> bool:
 
 
 def _reads_alike(naive: AnswerValue, expected: AnswerValue, template: Template) -> bool:
-    """The careless reading gives the expected value: the answer format fixes the unit, so a unit the rows
-    happen to carry (a respiratory rate in 'bpm') does not make another answer (a blind audit)."""
-    return _same(naive.model_copy(update={"unit": expected.unit}), expected, template)
+    """The verifier would pass the careless reading as `expected` (the one answer matcher: asked records only,
+    text and times normalised). The answer format fixes the unit, so a unit the rows happen to carry (a
+    respiratory rate in 'bpm') does not make another answer (a blind audit)."""
+    return scores_as(naive.model_copy(update={"unit": expected.unit}), expected, template.spec.answer)
 
 
 def _check_references(
@@ -92,12 +101,13 @@ def _check_references(
 
 
 def _naive_answer(con, template: Template, slots: dict) -> AnswerValue | None:
-    """The clean gold SQL on the noisy data. One thread: a duplicate that ties with its original under the
-    gold's ORDER BY ... LIMIT 1 is then resolved the same way on every run (a parallel sort may pick either)."""
+    """The clean gold SQL on the noisy data, read carelessly (`first_reading`: of two rows for one value, the
+    first). One thread: a duplicate that ties with its original under the gold's ORDER BY ... LIMIT 1 is then
+    resolved the same way on every run (a parallel sort may pick either)."""
     threads = scalar(con, "SELECT current_setting('threads')")
     con.execute("SET threads = 1")
     try:
-        return canonical_answer(run_sql(con, template.gold_sql, slots), template.spec.answer)
+        return first_reading(run_sql(con, template.gold_sql, slots), template.spec.answer)
     except (duckdb.Error, AnswerShapeError):
         return None
     finally:
@@ -211,8 +221,6 @@ def _accepted(con, twin: NoisyTwin, template: Template, clean: AnswerValue, expe
     found += [answer for answer in twin.also_accepted if answer.value is not None]  # "none" ([]) may be one
     accepted: list[AnswerValue] = []
     for answer in found:  # "none" is not an abstention here: the verifier scores [] as an answer
-        if not any(
-            _same(answer, a, template) and (answer.value is None) == (a.value is None) for a in [expected, *accepted]
-        ):
+        if not any(scores_as(answer, a, template.spec.answer) for a in [expected, *accepted]):
             accepted.append(answer)
     return accepted

@@ -69,10 +69,11 @@ reference Python on the clean data and on a copy-on-write overlay of the noisy d
   record fields the question asks for: exactly what is scored). Clean and noisy tasks are interleaved under opaque
   ids and the two tasks of a pair show one format; nothing tells the condition or the partner.
 - `labels.jsonl`, `labels/{{train,test}}.parquet`: hidden labels: `condition` (clean/noise), `pair_id`, `level`,
-  `subtype`, `contract` (answer/abstain/repair), `expected` answer (value, unit, associated records), gold and
-  reference SQL, the `evidence` keys (inline up to 1,000 rows; `evidence_sql` returns them on the source database,
-  `evidence_rows` counts them), the evidence an agent must `inspect`, the `naive_answer` (clean SQL on noisy data)
-  and `trap` (the naive reading answers, wrongly). In Parquet, fields whose shape varies (slots, answers, evidence)
+  `subtype` (of the pair: a clean task carries its noisy twin's, so results compare by pair), `contract`
+  (answer/abstain/repair), `expected` answer (value, unit, associated records), gold and reference SQL, the
+  `evidence` keys (inline up to 1,000 rows; `evidence_sql` returns them on the source database, `evidence_rows`
+  counts them), the evidence an agent must `inspect`, the `naive_answer` (clean SQL on noisy data) and `trap` (the
+  naive reading answers, wrongly). In Parquet, fields whose shape varies (slots, answers, evidence)
   are JSON text (`*_json` columns); the JSONL files keep them as structures.
 - `patches/patches.jsonl`: per pair, the patch (rows hidden/added per table, or changed question slots) from which
   the noisy episode is rebuilt on the source database.

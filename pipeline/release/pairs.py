@@ -94,14 +94,18 @@ def _parallel_pairs(db_path, tasks, templates, subtypes, seed, on_task, workers)
 def choose_pairs(verified: dict[str, list[NoisePair]], seed: int) -> list[NoisePair]:
     """One pair per clean task (a clean question appears once), sub-types kept as even as the pool allows (and so
     levels, four sub-types each): each task, in a seeded order, takes a pair of the least-chosen sub-type it has,
-    then of the least-chosen level."""
+    then of the least-chosen level. A trap (the careless reading answers, wrongly) counts as one pick fewer, so a
+    task prefers a pair that separates careful from careless agents over one a careless agent passes by finding
+    nothing, and sub-types stay within one pick of even."""
     rng = np.random.default_rng(seed)
     chosen: list[NoisePair] = []
     per_level: Counter[str] = Counter()
     per_subtype: Counter[str] = Counter()
     task_ids = sorted(verified)
     for task_id in [task_ids[i] for i in rng.permutation(len(task_ids))]:
-        options = sorted(verified[task_id], key=lambda p: (per_subtype[p.subtype], per_level[p.level], p.subtype))
+        options = sorted(
+            verified[task_id], key=lambda p: (per_subtype[p.subtype] + (not p.trap), per_level[p.level], p.subtype)
+        )
         pair = options[0]
         chosen.append(pair)
         per_level[pair.level] += 1

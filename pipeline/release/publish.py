@@ -9,6 +9,7 @@ from typing import Any
 
 import polars as pl
 
+from pipeline import jsonl
 from pipeline.atomic import atomic_output
 from pipeline.release.card import SPLITS, dataset_card
 from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord
@@ -34,11 +35,6 @@ LABEL_SCHEMA = {
     "trap": pl.Boolean,
     **{f"{name}_json": pl.String for name in JSON_FIELDS},
 }
-
-
-def _jsonl(path: Path, records: list) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(r.model_dump_json() + "\n" for r in records))
 
 
 def _parquet(path: Path, rows: list[dict[str, Any]], schema: dict[str, Any]) -> None:
@@ -94,9 +90,10 @@ def publish_release(
     tasks, labels = sorted(tasks, key=lambda t: t.task_id), sorted(labels, key=lambda lab: lab.task_id)
     with atomic_output(final) as root:
         root.mkdir(parents=True)
-        _jsonl(root / "tasks.jsonl", tasks)
-        _jsonl(root / "labels.jsonl", labels)
-        _jsonl(root / "patches" / "patches.jsonl", sorted(patches, key=lambda p: p.pair_id))
+        jsonl.write(root / "tasks.jsonl", tasks)
+        jsonl.write(root / "labels.jsonl", labels)
+        by_pair: list[PatchRecord] = sorted(patches, key=lambda p: p.pair_id)
+        jsonl.write(root / "patches" / "patches.jsonl", by_pair)
         _write_parquets(root, tasks, labels)
         used = {lab.template_id: lab.template_version for lab in labels}
         manifest = {**manifest, "scoring": write_scoring(root, templates, used)}

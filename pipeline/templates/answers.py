@@ -103,6 +103,17 @@ def canonical_answer(frame: pl.DataFrame | pl.LazyFrame, spec: Answer) -> Answer
     return AnswerValue(value=_scalar(row["value"], spec.type), unit=unit, records=records)
 
 
+def first_reading(frame: pl.DataFrame | pl.LazyFrame, spec: Answer) -> AnswerValue:
+    """What a careless reader takes from a result: the canonical answer, or where a one-value question gets several
+    rows (a record kept twice), the first of them, rows ordered by every column so that the pick is the same
+    whatever order the engine returned them in."""
+    if isinstance(frame, pl.LazyFrame):
+        frame = frame.collect()
+    if spec.type is not AnswerType.list and frame.height > 1:
+        frame = frame.sort(frame.columns, nulls_last=True).head(1)
+    return canonical_answer(frame, spec)
+
+
 def answers_agree(a: AnswerValue, b: AnswerValue, spec: Answer) -> bool:
     """Equal values (numbers within the tolerance), units and records."""
     if a.unit != b.unit or a.records != b.records:

@@ -237,6 +237,17 @@ def instantiate_template(
     return kept
 
 
+def task_of(con: duckdb.DuckDBPyConnection, template: Template, slots: dict[str, Any]) -> CleanTask | None:
+    """The clean task of given slots (one a blind audit or a test names), in its first phrasing; None when its
+    gold programs drop it."""
+    typed = typed_slots(template, slots)
+    drop = _DropCounter(InstantiationReport(), template.id)
+    task = _attempt(con, Tables(con), template, load_python_program(template), typed, drop)
+    if task is not None:
+        task.question = render(template.spec.questions[0], task.slots).strip()
+    return task
+
+
 def write_tasks(tasks: list[CleanTask], report: InstantiationReport, path: Path) -> None:
     """Tasks as JSONL and the report as `<path>.report.json`, each written atomically."""
     with atomic_output(Path(path), overwrite=True) as tmp:

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pipeline import jsonl
 from pipeline.agents.llm import SYSTEM_PROMPT, user_message  # the prompt the llm agent is evaluated with
 from pipeline.env.records import ToolCall, Trajectory
 from pipeline.evaluate.records import EpisodeResult
@@ -22,10 +23,7 @@ class SftError(ValueError):
 
 
 def _read_jsonl(path: Path, model):
-    if not path.is_file():
-        raise SftError(f"{path}: missing (expected an `ehrgym eval` output folder)")
-    with path.open() as handle:
-        return [model.model_validate_json(line) for line in handle if line.strip()]
+    return jsonl.read(path, model, SftError, missing="expected an `ehrgym eval` output folder")
 
 
 def load_run(folder: Path, agent: str) -> list[tuple[Trajectory, EpisodeResult]]:

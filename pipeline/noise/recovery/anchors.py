@@ -32,15 +32,48 @@ def anchor_range(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any
             continue
         identity, times = found
         table, row = encounter["table"], {**identity, encounter["key"]: key}
-        views = (
-            {
-                table: f"SELECT * FROM {table} UNION ALL BY NAME SELECT "
-                + ", ".join(f"{sql_literal(v)} AS {c}" for c, v in {**row, encounter["anchor"]: time}.items())
-            }
-            for time in times
-        )
-        return _one_answer(con, case, tree, views)
+        for window in [*own_windows(con, encounter, key), times]:  # an anchor read alone first (the admit order)
+            views = (
+                {
+                    table: f"SELECT * FROM {table} UNION ALL BY NAME SELECT "
+                    + ", ".join(f"{sql_literal(v)} AS {c}" for c, v in {**row, encounter["anchor"]: time}.items())
+                }
+                for time in window
+            )
+            answer = _one_answer(con, case, tree, views)
+            if answer is not None:
+                return answer
     return None
+
+
+def own_windows(con: duckdb.DuckDBPyConnection, encounter: dict[str, Any], key: Any) -> list[list[dt.datetime]]:
+    """The whole hours of each event an analyst reads the anchor off alone (`alone: true`: an admission's ADT admit
+    order), where the encounter has one: blind audit 26 placed a hidden admittime between the ED labs and the admit
+    order, where the tables' joint range, ending at the labs, had put it before them."""
+    windows = []
+    for event in (e for e in encounter["events"] if e.get("alone")):
+        first = _first_event(con, encounter, event, key)[-1]
+        if first is not None:
+            low, high = event["hours"]
+            windows.append(_hours(first + dt.timedelta(hours=low), first + dt.timedelta(hours=high)))
+    return windows
+
+
+def _first_event(con: duckdb.DuckDBPyConnection, encounter: dict[str, Any], event: dict[str, Any], key: Any) -> tuple:
+    """The identity columns and the time of the encounter's first row in the event's table (NULLs without one)."""
+    where = f"{encounter['key']} = {sql_literal(key)} AND {event['time']} IS NOT NULL" + (
+        f" AND ({event['where']})" if event.get("where") else ""
+    )
+    return con.execute(
+        f"SELECT {', '.join(f'min({c})' for c in encounter['identity'])}, min({event['time']}) "
+        f"FROM {event['table']} WHERE {where}"
+    ).fetchall()[0]
+
+
+def _hours(start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
+    """The ends first (a reading that moves with the anchor shows at once), then every whole hour between."""
+    hours = int((end - start).total_seconds() // 3600)
+    return [start, end, *(t for h in range(1, hours + 1) if (t := start + dt.timedelta(hours=h)) < end)]
 
 
 @strategy("bounded_time")
@@ -141,13 +174,7 @@ def likely_anchors(
     restraint orders carried over from an ED observation stay that ended 19 h after them)."""
     bounds, firsts, identity = [], [], None
     for event in encounter["events"]:
-        where = f"{encounter['key']} = {sql_literal(key)} AND {event['time']} IS NOT NULL" + (
-            f" AND ({event['where']})" if event.get("where") else ""
-        )
-        *ids, first = con.execute(
-            f"SELECT {', '.join(f'min({c})' for c in encounter['identity'])}, min({event['time']}) "
-            f"FROM {event['table']} WHERE {where}"
-        ).fetchall()[0]
+        *ids, first = _first_event(con, encounter, event, key)
         if first is not None:
             low, high = event["hours"]
             bounds.append((first + dt.timedelta(hours=low), first + dt.timedelta(hours=high)))
@@ -164,8 +191,7 @@ def likely_anchors(
         return None
     end = min(high for _, high in bounds)  # every table's first event comes after the anchor, give or take
     start = max(low for low, _ in bounds if low <= end)  # a table whose window lies wholly later began late
-    hours = int((end - start).total_seconds() // 3600)
-    return identity, [start, end, *(t for h in range(1, hours + 1) if (t := start + dt.timedelta(hours=h)) < end)]
+    return identity, _hours(start, end)
 
 
 def _gap_start(

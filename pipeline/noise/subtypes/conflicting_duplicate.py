@@ -221,9 +221,9 @@ def measured_other(con, ev: Evidence, row: dict, rng) -> dict:
 
 
 def conflicting_copies(con, ev: Evidence, record: Record, rows: list[dict], rng) -> list[dict]:
-    """The rows again, each with a different value (a measurement's text follows its number, and so do the
-    companions that state the same number, siblings.yaml; a text value the columns that state it: `follow` in
-    duplicates.yaml)."""
+    """The rows again, each with a different value (a measurement's text follows its number; the companions that
+    state the same value follow it, siblings.yaml: a stay's last unit where it is its first; a text value the
+    columns that state it: `follow` in duplicates.yaml)."""
     copies = []
     for row in rows:
         if ev.facts:
@@ -236,6 +236,8 @@ def conflicting_copies(con, ev: Evidence, record: Record, rows: list[dict], rng)
                 raise Rejected("value_settled_elsewhere")  # the record states it again (a death: its time, the dod)
             value = other_value(con, record, row, rng)
             changed = {record.value: value, **followers(con, record, row, value)}
+            # a column of the row that states the same value states the copy's (a stay of one unit ends in it)
+            changed |= {c: value for c in companions(ev.table, record.value) if row.get(c) == row[record.value]}
         copies.append({**row, **changed})
     if record.fresh_id:
         for copy, new_id in zip(copies, fresh_ids(con, ev.table, record.fresh_id, rows, rng), strict=True):
@@ -251,7 +253,9 @@ class ConflictingDuplicate(NoiseSubtype):
         "evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads, and its "
         "position (seq_num) where the table has one"
     )
-    version = 11  # 11: nor one of a category it carries; no copy of the principal code of an admission with a DRG;
+    version = 12  # 12: a column that states the value in the same row follows the copy (blind audit 26: a stay
+    # of one transfer, SICU to SICU, whose copy began in another unit but still ended in the SICU)
+    # 11: nor one of a category it carries; no copy of the principal code of an admission with a DRG;
     # no death copied or contradicted (`settled`: blind audit 24 settled a DIED copy by its expire flag of 0);
     # not a route the order's pharmacy type implies (siblings.yaml `implied`); a code as familiar from the patient's
     # other admissions as the original (`history`: blind audit 24 read a pseudocyst coded in every other admission)

@@ -4,12 +4,21 @@ The concept slot (one with a `vocabulary`) takes a concept that other records ho
 admission / stay does not; concepts the same patient has in another encounter come first (a careless reader
 may answer from there). Concepts are compared as concepts (pipeline/concepts.py): a candidate is used only
 when no table recording that kind of concept (`concept_records` in pipeline/concepts.yaml: for a drug its
-prescriptions, pharmacy and eMAR rows) names it, in any spelling, for the encounter. A template without a
+prescriptions, pharmacy and eMAR rows) names it, in any spelling, for the encounter, and no name the encounter
+records is its kin (false_premise.yaml: a shared word root across the lab and chart dictionaries, Monos ~
+Monocytes). A template without a
 concept slot swaps its admission for another admission of the same patient in which the asked event never
 happened. Either way the gold program must find nothing.
 """
 
 from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
 
 from pipeline.concepts import concept_key, concept_records, display_value, unlinked_time
 from pipeline.noise.base import NoiseSubtype, Rejected, register
@@ -27,7 +36,9 @@ MAX_CANDIDATES = 40  # candidate values looked up in the record tables (one chea
 class FalsePremise(NoiseSubtype):
     name = "false_premise"
     level = "query"
-    version = 4  # 2: concepts compared as concepts; the premise is false in every table recording the concept;
+    version = 5  # 5: no candidate kin to a name the encounter records (false_premise.yaml; blind audit 26 read
+    # "Monos", a body-fluid item, as the patient's blood Monocytes, charted as "Differential-Monos");
+    # 2: concepts compared as concepts; the premise is false in every table recording the concept;
     # 3: not on counts and lists (zero and none are answers); 4: rows without an admission in its time count for it
     requires = (
         "a patient-level, non-count, non-list template with a concept slot (one with a vocabulary) "
@@ -60,7 +71,11 @@ class FalsePremise(NoiseSubtype):
         false_everywhere = [v for v in candidates if concept_key(v) not in recorded]
         if candidates and not false_everywhere:
             raise Rejected("premise_recorded_for_encounter")
-        return _swap(con, task, template, slot, false_everywhere, vocabulary(template, slot))
+        kin = recorded_roots(con, task, source)
+        unrelated = [v for v in false_everywhere if not roots(v) & kin]
+        if false_everywhere and not unrelated:
+            raise Rejected("premise_has_recorded_kin")
+        return _swap(con, task, template, slot, unrelated, vocabulary(template, slot))
 
 
 def _swap(con, task, template, slot, candidates, inspected):
@@ -94,6 +109,37 @@ def recorded_concepts(con, task, source: str) -> dict[str, str]:
         for (name,) in names:
             found.setdefault(concept_key(name), table)
     return found
+
+
+@cache
+def kin_rules() -> dict[str, Any]:
+    """false_premise.yaml: which vocabularies' names are read as kin, and how."""
+    return yaml.safe_load(resources.files(__package__).joinpath("false_premise.yaml").read_text())
+
+
+def roots(name: Any) -> set[str]:
+    """What a reader matches a name by (false_premise.yaml): the leading letters of its significant words, its
+    short words as abbreviations, and its words' initials as one ('Differential-Monos' -> {'mono', '#dm'}; 'White
+    Blood Cells' and 'WBC' share '#wbc')."""
+    rules = kin_rules()
+    prefix, qualifiers, (shortest, longest) = rules["prefix"], set(rules["qualifiers"]), rules["abbreviation_letters"]
+    words = re.findall(r"[a-z]+", concept_key(name) or "")
+    found = {w[:prefix] for w in words if len(w) >= prefix and w not in qualifiers}
+    found |= {f"#{w}" for w in words if shortest <= len(w) <= longest}
+    if shortest <= len(words) <= longest:
+        found.add("#" + "".join(w[0] for w in words))
+    return found
+
+
+def recorded_roots(con, task, source: str) -> set[str]:
+    """The roots of every name the task's encounter records in the kin vocabularies of `source` (none declared:
+    no kin check)."""
+    return {
+        root
+        for kin in kin_rules()["kin_vocabularies"].get(source, [])
+        for key in recorded_concepts(con, task, kin)
+        for root in roots(key)
+    }
 
 
 def _entity_sql(table: str, slot: str) -> str:

@@ -1,6 +1,7 @@
 """implausible_value (value level): the value becomes physiologically impossible.
 
-Patient level: the measurement asked about is impossible, so the record does not support an answer (abstain).
+Patient level: the measurement asked about is impossible, so the record does not support an answer (abstain);
+where the answer summarises readings (a maximum), the answer over the valid readings is accepted as well.
 Population level: a few of the cohort's measurements become impossible; the answer is repaired by excluding
 the impossible records and answering over the valid ones.
 """
@@ -43,7 +44,9 @@ def impossible_expr(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) 
 class ImplausibleValue(NoiseSubtype):
     name = "implausible_value"
     level = "value"
-    version = 5  # 5: a lab's flag marks the impossible number abnormal (measurements.yaml `flag`: blind audit 24)
+    version = 6  # 6: where the answer summarises readings (a maximum), leaving the impossible one out is
+    # accepted beside abstaining (blind audits 24 and 25 read the stay's highest valid heart rate)
+    # 5: a lab's flag marks the impossible number abnormal (measurements.yaml `flag`: blind audit 24)
     # 4: 3-10x the upper bound, never a decimal slip of the true value (undone by blind audits 16-18);
     # not a lab chartevents also charts (blind audit 19 read a sodium of 707 as the chart's 146)
     # 3: not a result its sample computes (an anion gap from its electrolytes; blind audit 16)
@@ -78,6 +81,7 @@ class ImplausibleValue(NoiseSubtype):
             impossible_expr(facts, items),
             load_python_program(template),
         )
+        summarises = template.spec.answer.summarises_readings
         if patient:
             return NoisyTwin(
                 patch,
@@ -86,6 +90,7 @@ class ImplausibleValue(NoiseSubtype):
                 guarded_sql(task.gold_sql, table, keys, f"EXISTS (SELECT 1 FROM evidence WHERE {rule_sql})"),
                 guarded_python(template, gold, table, keys, lambda ev: ev.filter(rule_expr).height > 0),
                 {"table": table, "filter": task.slots},
+                readings=(excluding_sql(task.gold_sql, table, rule_sql),) if summarises else (),
             )
         return NoisyTwin(
             patch,

@@ -16,7 +16,7 @@ impossible (v3's population scope, 363 NTproBNP "ng/mL"): a careful analyst read
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
@@ -25,7 +25,6 @@ import sqlglot
 import yaml
 from sqlglot import expressions as exp
 
-from pipeline.env.verifier import convert_unit
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
 from pipeline.noise.measurements import item_precision, measurement_tables, written_like
 from pipeline.noise.rules import (
@@ -39,6 +38,7 @@ from pipeline.noise.rules import (
     table_evidence,
     unit_columns,
 )
+from pipeline.templates.matching import convert_unit, normal_unit
 from pipeline.templates.programs import load_python_program
 from pipeline.templates.render import sql_literal
 
@@ -132,6 +132,22 @@ def conversion_of(item, expected: str) -> Conversion | None:
     if target is None or convert_unit(1.0, expected, target) is None:
         return None
     return Conversion(item, target, expected)
+
+
+def written_as(con, units: Units, unit: str, item=None) -> str | None:
+    """`unit` as the item's real rows spell it most often, else as the unit column's do (MIMIC writes grams 'g' and
+    'gm'; blind audit 26 saw a dose in a spelling no row of its drug used); None when no real row of the column
+    carries the unit in any spelling."""
+    for where, params in (([f"{units.item} = ?"], [item]) if item is not None else ([], [])), ([], []):
+        found = con.execute(
+            f"SELECT {units.unit} FROM {units.table} WHERE {' AND '.join([f'{units.unit} IS NOT NULL', *where])} "
+            "GROUP BY 1 ORDER BY count(*) DESC, 1",
+            params,
+        ).fetchall()
+        spelt = next((spelling for (spelling,) in found if normal_unit(spelling) == normal_unit(unit)), None)
+        if spelt is not None:
+            return spelt
+    return None
 
 
 def re_expressed_number(value: float, decimals: int, conversion: Conversion, tolerance: float) -> tuple[float, int]:
@@ -246,6 +262,10 @@ def re_expressed_twin(con, task, template, ev: Evidence, units: Units, expected:
     """One evidence row (patient scope) or one subject's cohort rows (population scope, those that re-express
     exactly) in another unit of the same dimension; the label is the clean answer."""
     conversions = {item: c for item, unit in sorted(expected.items()) if (c := conversion_of(item, unit))}
+    spelled = {item: spelt for item, c in conversions.items() if (spelt := written_as(con, units, c.unit, item))}
+    if conversions and not spelled:
+        raise Rejected("unit_unknown_to_column")  # a unit no real row writes gives the row away
+    conversions = {item: replace(conversions[item], unit=spelt) for item, spelt in spelled.items()}
     servable = ev.rows.filter(pl.col(units.item).is_in(list(conversions)))
     if servable.is_empty():
         raise Rejected("no_convertible_unit")
@@ -271,7 +291,8 @@ class UnitMismatch(NoiseSubtype):
     name = "unit_mismatch"
     level = "value"
     requires = "evidence in a table with a unit column (measurements.yaml, units.yaml)"
-    version = 4  # 4: population scope re-expresses one subject's rows too (a relabelled number that is
+    version = 5  # 5: the unit written as the column's real rows spell it ('gm', not 'g'), or no pair
+    # 4: population scope re-expresses one subject's rows too (a relabelled number that is
     # impossible in its new unit is read through as a mislabel: blind audit 16, NTproBNP "ng/mL", NIBP "kPa")
     # 3: population relabels take a unit that does not fit (U/L for a mg/dL or mmol/L analyte; a
     # blind audit converted urea "mmol/L" through its molar mass)
