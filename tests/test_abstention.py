@@ -177,7 +177,7 @@ SYNTHETIC_TEMPLATES = {
     "orphan_reference": "icu_admission_delay_hours",
     "out_of_window": "admissions_count_in_window",
     "placeholder_value": "drg_description_of_admission",
-    "unit_mismatch": "lab_last_value_in_admission",
+    "unit_mismatch": "prescription_first_dose",
     "unknown_concept": "lab_abnormal_share_population",
 }
 ID_COLUMNS = ("hadm_id", "stay_id", "subject_id")

@@ -144,20 +144,40 @@ def test_a_hidden_admission_is_placed_by_its_admit_order_alone(source):
     """Blind audit 26: admission 26158160's ED labs, linked to it 2 h before admittime, ended the tables' joint range
     before the ADT admit order; the order's own window (23:08 to 02:08) gives one list of IV drugs started in the
     first 24 hours, so hiding the admission leaves the question answerable, and the pair is rejected."""
-    template = TEMPLATES["drugs_started_first_24h_by_route"]
-    task = task_of(source, template, {"subject_id": 10005866, "hadm_id": 26158160, "route": "IV"})
-    assert task is not None
-    encounter = next(e for e in load_config()["anchor_range"]["encounters"] if e["table"] == "admissions")
-    subtype = subtypes()["orphan_reference"]
-    reasons = Counter()
+    slots = {"subject_id": 10005866, "hadm_id": 26158160, "route": "IV"}
+    assert _orphan_outcomes(source, "drugs_started_first_24h_by_route", slots) == {"recoverable_anchor_range": 3}
+    (window,) = own_windows(source, ADMISSIONS, 26158160)
+    assert [t.strftime("%H:%M") for t in window[:2]] == ["23:08", "02:08"]
+
+
+def test_an_order_dated_at_midnight_does_not_place_a_hidden_admission(source):
+    """Blind audit 27: admission 23786647 began at 03:15 on 24 April; its first prescription and pharmacy order,
+    dated 24 April 00:00 without a time, had put the likely admission time before midnight, on 23 April, and the
+    label abstained on the hospital day of its stent. Dated orders place nothing: the other tables put the
+    admission on 24 April, the stent on day 1, and hiding the admission leaves the question answerable."""
+    _, times = likely_anchors(source, ADMISSIONS, 23786647)
+    assert times and {t.date().isoformat() for t in times} == {"2154-04-24"}, times
+    title = "Restriction of Intracranial Artery with Intraluminal Device, Percutaneous Approach"
+    slots = {"subject_id": 10018328, "hadm_id": 23786647, "procedure_title": title}
+    assert _orphan_outcomes(source, "procedure_day_of_admission", slots) == {"recoverable_anchor_range": 3}
+
+
+ADMISSIONS = next(e for e in load_config()["anchor_range"]["encounters"] if e["table"] == "admissions")
+
+
+def _orphan_outcomes(source, template_id: str, slots: dict) -> Counter:
+    """The rejection reasons (or "pair") of orphan_reference on the task of these slots, over three seeds."""
+    template = TEMPLATES[template_id]
+    task = task_of(source, template, slots)
+    assert task is not None, slots
+    outcomes = Counter()
     for seed in range(3):
         try:
-            verify_pair(source, Tables(source), task, template, subtype, seed=seed)
+            verify_pair(source, Tables(source), task, template, subtypes()["orphan_reference"], seed=seed)
+            outcomes["pair"] += 1
         except Rejected as exc:
-            reasons[exc.reason] += 1
-    assert reasons == Counter({"recoverable_anchor_range": 3}), reasons
-    (window,) = own_windows(source, encounter, 26158160)
-    assert [t.strftime("%H:%M") for t in window[:2]] == ["23:08", "02:08"]
+            outcomes[exc.reason] += 1
+    return outcomes
 
 
 def test_choosing_pairs_spreads_sub_types_before_levels():

@@ -60,14 +60,15 @@ def test_orphan_reference_needs_the_encounter_row(source):
         listed = template.model_copy(update={"spec": template.spec.model_copy(update={"noise": ["orphan_reference"]})})
         assert not orphan.applies(listed), template_id  # keys, a bare "after the start", a population question
     for template_id in (
-        "lab_first_value_within_24h",
-        "drug_given_first_24h",
+        "drugs_started_first_24h_by_route",
         "icu_admission_delay_hours",
         "procedure_day_of_admission",
     ):
         assert orphan.applies(TEMPLATES[template_id]), template_id
-    # the first two days' organisms do not move with the admission hour (docs/noise.md): no longer listed
-    assert not orphan.applies(TEMPLATES["organisms_first_48h_of_admission"])
+    # the first two days' organisms, the first day's lab or dose, do not move with the admission hour where its
+    # own events place it (docs/noise.md): no longer listed
+    for template_id in ("organisms_first_48h_of_admission", "lab_first_value_within_24h", "drug_given_first_24h"):
+        assert not orphan.applies(TEMPLATES[template_id]), template_id
     task = instantiate(source, [TEMPLATES["lab_last_value_in_admission"]], per_template=1, seed=7)[0][0]
     with pytest.raises(Rejected, match="children_answer_without_parent"):
         orphan.make(source, task, TEMPLATES["lab_last_value_in_admission"], np.random.default_rng(0))

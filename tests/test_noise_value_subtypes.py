@@ -89,10 +89,10 @@ def test_unit_mismatch_population_re_expresses_one_subjects_rows(source):  # pat
 
 
 def test_placeholder_value(source, pair_of):
-    pair = pair_of("placeholder_value", "lab_last_value_in_admission")
-    (row,) = added_rows(pair)
-    assert row["value"] in placeholders()["masks"] + placeholders()["errors"] and row["valuenum"] is None
-    assert_patient_trap(pair)  # the naive reading falls back to an earlier result
+    pair = pair_of("placeholder_value", "icu_stay_first_careunit")
+    (row,) = pair.patch.tables["icustays"].add
+    assert row["first_careunit"] in placeholders()["masks"] and row["last_careunit"] in (None, row["first_careunit"])
+    assert_patient_trap(pair)  # the naive reading reports the mask
     population = pair_of("placeholder_value", "organism_resistance_rate")  # a masked interpretation is unknown
     assert all(r["interpretation"] in placeholders()["masks"] for r in added_rows(population))
     assert_repaired(source, population, "microbiologyevents", population.patch.tables["microbiologyevents"].hide)

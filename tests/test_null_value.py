@@ -41,12 +41,9 @@ def test_a_nulled_interpretation_keeps_no_mic(source):
             assert row["interpretation"] is None and row["dilution_value"] is None and row["dilution_text"] is None
 
 
-def test_a_nulled_lab_number_keeps_no_text_and_a_nulled_unit_no_transfer(source):
-    for pair in _pairs(source, "lab_last_value_in_admission"):
-        assert all(
-            r["valuenum"] is None and r["value"] is None and r["flag"] is None  # no 'abnormal' left to read
-            for r in pair.patch.tables["labevents"].add
-        )
+def test_a_nulled_chart_number_keeps_no_text_and_a_nulled_unit_no_transfer(source):
+    for pair in _pairs(source, "vital_mean_in_stay"):
+        assert all(r["valuenum"] is None and r["value"] is None for r in pair.patch.tables["chartevents"].add)
     for pair in _pairs(source, "icu_stay_first_careunit"):
         (stay,) = pair.patch.tables["icustays"].add
         with overlay(source, pair.patch):

@@ -115,6 +115,32 @@ def test_a_result_its_sample_computes_is_derivable():
     assert derivable(con, "labevents", [rows[1]])  # the whole panel (a label in another case and spacing)
     assert not derivable(con, "labevents", [rows[5]])  # its bicarbonate has no number
     assert not derivable(con, "labevents", [rows[2]])  # sodium is measured, not computed
+    # but its gap, chloride and bicarbonate say which of two sodiums is true: no conflicting copy of it
+    assert derivable(con, "labevents", [rows[2]], any_member=True)
+    assert not derivable(con, "labevents", [rows[6]], any_member=True)  # its bicarbonate has no number
+
+
+def test_a_blood_pressure_sample_settles_a_conflicting_component():
+    """Blind audit 27: a diastolic copy of 94 beside its sample's mean of 91 and systolic is settled by the sample
+    (the mean lies between the two); the sample is the stay and charting time, and a component charted alone
+    settles nothing. A removed diastolic is not computed from the other two (the mean is measured)."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE d_items (itemid INT, label TEXT)")
+    con.execute(
+        "INSERT INTO d_items VALUES (1, 'Non Invasive Blood Pressure systolic'),"
+        " (2, 'Non Invasive Blood Pressure diastolic'), (3, 'Non Invasive Blood Pressure mean')"
+    )
+    con.execute("CREATE TABLE chartevents (stay_id INT, charttime TIMESTAMP, itemid INT, valuenum DOUBLE)")
+    con.execute(
+        "INSERT INTO chartevents VALUES (7, '2150-01-01 08:00', 1, 128), (7, '2150-01-01 08:00', 2, 78),"
+        " (7, '2150-01-01 08:00', 3, 91), (7, '2150-01-01 09:00', 2, 70), (7, '2150-01-01 09:00', 1, 120),"
+        " (8, '2150-01-01 09:00', 3, 88)"
+    )
+    rows = _rows(con, "SELECT * FROM chartevents ORDER BY stay_id, charttime, itemid")
+    assert derivable(con, "chartevents", [rows[1]], any_member=True)  # 08:00 diastolic, with its mean
+    assert not derivable(con, "chartevents", [rows[1]])
+    assert derivable(con, "chartevents", [rows[2]])  # the mean of its own sample's components
+    assert not derivable(con, "chartevents", [rows[4]], any_member=True)  # 09:00: the mean was charted in stay 8
 
 
 def test_a_conflicting_reading_takes_the_mic_a_real_reading_alike_has():

@@ -100,13 +100,14 @@ def ends_before_start(patch: Patch, table: str) -> bool:
     )
 
 
-def kept_elsewhere(con, table: str, rows: list[dict], column: str | None = None) -> None:
+def kept_elsewhere(con, table: str, rows: list[dict], column: str | None = None, conflict: bool = False) -> None:
     """Rejected when the record keeps the rows' facts elsewhere, where a careful analyst reads them: another table
-    charts them (`witnessed_elsewhere`), their own sample computes them (`derivable_from_sample`), or a sibling row
-    says the kind of the changed `column` (`implied_by_sibling`: an IV Piggyback order's route)."""
+    charts them (`witnessed_elsewhere`), their own sample computes them (`derivable_from_sample`; for a `conflict`,
+    any result of a relation its sample completes), or a sibling row says the kind of the changed `column`
+    (`implied_by_sibling`: an IV Piggyback order's route)."""
     if witnessed(con, table, rows):
         raise Rejected("witnessed_elsewhere")
-    if derivable(con, table, rows):
+    if derivable(con, table, rows, any_member=conflict):
         raise Rejected("derivable_from_sample")
     if column is not None and implied(con, table, column, rows):
         raise Rejected("implied_by_sibling")
@@ -223,20 +224,24 @@ def _label(con, dictionary: str, key: str, label: str, value) -> str | None:
     return concept_key(found[0][0]) if found else None
 
 
-def derivable(con, table: str, rows: list[dict]) -> bool:
-    """Some row's number can be computed from other results of its own sample (siblings.yaml derivations)."""
+def derivable(con, table: str, rows: list[dict], any_member: bool = False) -> bool:
+    """Some row's number can be computed from other results of its own sample (siblings.yaml derivations). With
+    `any_member` (a conflict), a row of any concept of a rule counts when its sample holds every other one: the
+    relation says which of two copies is true (a sodium beside its anion gap, a diastolic beside its mean)."""
     for rule in sibling_rules().get("derivations", {}).get(table, []):
-        dictionary, match, needed = rule["dictionary"], rule["match"], {concept_key(n) for n in rule["from"]}
+        dictionary, match = rule["dictionary"], _listed(rule["match"])
+        members = {concept_key(n) for n in [rule["concept"], *rule["from"]]}
         for row in rows:
             own = _label(con, dictionary, "itemid", "label", row["itemid"])
-            if row.get(match) is None or own != concept_key(rule["concept"]):
+            derived = own == concept_key(rule["concept"]) or (any_member and own in members)
+            if not derived or any(row.get(c) is None for c in match):
                 continue
             others = con.execute(
                 f"SELECT DISTINCT d.label FROM {table} t JOIN {dictionary} d USING (itemid) "
-                f"WHERE t.{match} = ? AND t.itemid <> ? AND t.valuenum IS NOT NULL",
-                [row[match], row["itemid"]],
+                f"WHERE {' AND '.join(f't.{c} = ?' for c in match)} AND t.itemid <> ? AND t.valuenum IS NOT NULL",
+                [*(row[c] for c in match), row["itemid"]],
             ).fetchall()
-            if needed <= {concept_key(label) for (label,) in others}:
+            if members - {own} <= {concept_key(label) for (label,) in others}:
                 return True
     return False
 

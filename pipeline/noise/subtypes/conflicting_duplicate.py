@@ -253,7 +253,9 @@ class ConflictingDuplicate(NoiseSubtype):
         "evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads, and its "
         "position (seq_num) where the table has one"
     )
-    version = 12  # 12: a column that states the value in the same row follows the copy (blind audit 26: a stay
+    version = 13  # 13: at patient scope, not a result of a relation its sample completes (blind audit 27: a
+    # diastolic copy of 94 above its sample's mean of 91; a sodium copy beside its anion gap, chloride, bicarbonate)
+    # 12: a column that states the value in the same row follows the copy (blind audit 26: a stay
     # of one transfer, SICU to SICU, whose copy began in another unit but still ended in the SICU)
     # 11: nor one of a category it carries; no copy of the principal code of an admission with a DRG;
     # no death copied or contradicted (`settled`: blind audit 24 settled a DIED copy by its expire flag of 0);
@@ -294,7 +296,8 @@ class ConflictingDuplicate(NoiseSubtype):
         if flagged_on_source(con, ev, rule):
             raise Rejected("evidence_already_conflicting")
         originals = pick(ev.rows, is_patient(template), rng)
-        kept_elsewhere(con, ev.table, originals, record.value)  # another table or the sample would say which is true
+        # another table or the sample settles which copy is true; a population label accepts the true reading anyway
+        kept_elsewhere(con, ev.table, originals, record.value, conflict=is_patient(template))
         copies = conflicting_copies(con, ev, record, originals, rng)
         patch = Patch(tables={ev.table: TablePatch(key_columns=ev.key_columns, add=copies)})
         patch = sibling_patch(con, ev.table, originals, copies, patch, replace=False)  # the order's pharmacy row too
