@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, AssetAlias, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from pipeline.stage_table import SHARDED_VALUES, STAGE_TABLE
+from pipeline.stage_table import FILL_TASKS, SHARDED_VALUES, STAGE_TABLE
 from pipeline.templates.spec import INTENTS
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def build_params() -> dict[str, Param]:
             list(INTENTS), type="array", items={"type": "string", "enum": list(INTENTS)}, description="intents to build"
         ),
         "fill_tasks": Param(
-            24, type="integer", minimum=0, description="further tasks per template for a cell with no pair"
+            FILL_TASKS, type="integer", minimum=0, description="further tasks per template for a cell with no pair"
         ),
         "test_size": Param(
             1008, type="integer", minimum=0, description="test pairs wanted (balanced over scope x level)"

@@ -21,6 +21,7 @@ from pipeline.noise.verify import NoisePair
 from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord, records_of
 from pipeline.release.splits import PAPER_TEST_SIZE, SCOPES, SplitReport
 from pipeline.source.schema import TABLE_NAMES
+from pipeline.stage_table import FILL_TASKS
 from pipeline.templates.instantiate import InstantiationReport
 from pipeline.templates.registry import DEFAULT_TEMPLATES, load_templates
 from pipeline.templates.spec import INTENTS, Template
@@ -44,7 +45,7 @@ class BuildConfig(BaseModel):
     test_size: int = PAPER_TEST_SIZE
     templates_dir: Path = DEFAULT_TEMPLATES
     pairs_per_cell: int | None = Field(default=None, ge=1)  # cap per intent x scope x level x sub-type (ablations)
-    fill_tasks: int = Field(default=24, ge=0)  # further tasks per template tried for a cell with no pair (0: none)
+    fill_tasks: int = Field(default=FILL_TASKS, ge=0)  # further tasks per template for an empty cell (0: none)
 
     @model_validator(mode="after")
     def _known_names(self) -> BuildConfig:

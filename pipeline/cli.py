@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
+from pipeline.stage_table import FILL_TASKS
+
 app = typer.Typer(help="EHR-RobustGym: Clean-Noise pair benchmarks over MIMIC-IV.", no_args_is_help=True)
 console = Console(stderr=True)
 out = Console()
@@ -247,7 +249,7 @@ def build(
     pairs_per_cell: Annotated[int | None, typer.Option(help="cap per intent x scope x level x sub-type")] = None,
     fill_tasks: Annotated[
         int, typer.Option(help="further tasks per template tried for an intent x sub-type cell with no pair")
-    ] = 24,
+    ] = FILL_TASKS,
     workers: Annotated[int, typer.Option(help="processes verifying pairs (the files do not depend on it)")] = 1,
     skip_source_gate: Annotated[
         bool, typer.Option(help="leave out the source database's gate (run by default)")

@@ -47,6 +47,7 @@ def pass_rates(release) -> dict[str, dict[str, list[int]]]:
             keys = [label.condition] + (
                 [f"noise/{label.level}", f"noise/{label.level}/{label.subtype}"] if label.condition == "noise" else []
             )
+            keys += ["trap", f"trap/{label.subtype}"] if label.trap else []
             for key in keys:
                 counts[key][0] += verdict.passed
                 counts[key][1] += 1
@@ -127,11 +128,13 @@ def relaxing_answers_clean_tasks(rates):
 
 def relaxing_falls_for_noise(rates):
     relaxing = rates["relaxing"]
-    # A value re-expressed in another unit (unit_mismatch at patient scope) is read right by any agent that reports
-    # the row's own unit (37.0 with °C converts to the asked 98.6 °F); every other noise catches it.
-    passed, total = relaxing["noise"]
-    unit_passed, unit_total = relaxing.get("noise/value/unit_mismatch", [0, 0])
-    assert (passed - unit_passed) / (total - unit_total) <= 0.10
+    # Measured on the traps (the careless reading answers, and wrongly): on a noisy task whose careless query finds
+    # nothing (a name the record lacks) the relaxing agent abstains too and passes, as any agent would (blind audit
+    # 29). A value re-expressed in another unit (unit_mismatch at patient scope) is read right by any agent that
+    # reports the row's own unit (37.0 with °C converts to the asked 98.6 °F); every other trap catches it.
+    passed, total = relaxing["trap"]
+    unit_passed, unit_total = relaxing.get("trap/unit_mismatch", [0, 0])
+    assert total - unit_total >= 3 and (passed - unit_passed) / (total - unit_total) <= 0.10  # demo: 3, synthetic: 7
 
 
 def cautious_abstains_or_repairs_on_noise(rates):

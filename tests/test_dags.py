@@ -264,7 +264,8 @@ def _wait_for_mapped_outputs(data: Path, proc: subprocess.Popen, timeout: float 
     """The pair-shard outputs written so far, once there is at least one (the run is then mid-way)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        done = sorted((data / "releases" / ".work").glob("*/pairs/*"))
+        # a finished output, not a shard's temporary sibling (`.<name>.tmp-<pid>`, atomic_output) being written
+        done = sorted(p for p in (data / "releases" / ".work").glob("*/pairs/*") if not p.name.startswith("."))
         if done or proc.poll() is not None:
             return done
         time.sleep(0.2)

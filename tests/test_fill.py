@@ -28,18 +28,18 @@ def test_applicable_and_empty_cells_follow_the_templates_and_the_verified_pairs(
     cells = applicable_cells(templates, subtypes())
     for (intent, name), cell_templates in cells.items():
         assert cell_templates and all(t.spec.intent == intent and name in t.spec.noise for t in cell_templates)
-    drugs = next(t for t in templates if t.id == "drugs_started_first_24h_by_route")
-    assert ("medication", "orphan_reference") in cells and drugs in cells[("medication", "orphan_reference")]
-    for intent in ("microbiology", "laboratory"):  # no template of theirs keeps it (docs/noise.md)
+    delay = next(t for t in templates if t.id == "icu_admission_delay_hours")
+    assert ("encounter", "orphan_reference") in cells and delay in cells[("encounter", "orphan_reference")]
+    for intent in ("microbiology", "laboratory", "medication", "diagnosis_procedure", "vital_signs"):  # docs/noise.md
         assert (intent, "orphan_reference") not in cells
 
     class Pair:  # the two attributes empty_cells reads
         def __init__(self, intent, subtype):
             self.clean, self.subtype = type("Clean", (), {"intent": intent})(), subtype
 
-    covered = {"t1": [Pair("medication", "orphan_reference")]}
-    assert ("medication", "orphan_reference") not in empty_cells(covered, templates, subtypes())
-    assert ("medication", "orphan_reference") in empty_cells({}, templates, subtypes())
+    covered = {"t1": [Pair("encounter", "orphan_reference")]}
+    assert ("encounter", "orphan_reference") not in empty_cells(covered, templates, subtypes())
+    assert ("encounter", "orphan_reference") in empty_cells({}, templates, subtypes())
     assert set(empty_cells({}, templates, subtypes())) == set(cells)
 
 

@@ -25,13 +25,13 @@ TEMPLATES = {t.id: t for t in load_templates()}
 
 @pytest.fixture(scope="module")
 def pair_of(source):
-    """pair_of(subtype, template_id): the first verified pair over a few demo tasks of the template."""
+    """pair_of(subtype, template_id[, count]): the first verified pair over a few demo tasks of the template."""
     tables = Tables(source)
 
     @cache
-    def first(name: str, template_id: str):
+    def first(name: str, template_id: str, count: int = 4):
         template = TEMPLATES[template_id]
-        tasks, _ = instantiate(source, [template], per_template=4, seed=7)
+        tasks, _ = instantiate(source, [template], per_template=count, seed=7)
         reasons = []
         for task in tasks:
             try:
@@ -162,8 +162,9 @@ def test_unit_mismatch_rejects_an_item_without_unit_rule(source):
 
 def test_an_orders_conflict_is_in_its_pharmacy_row_too(source, pair_of):
     """The order's second stop time is in every row of it: its pharmacy row and its other prescription rows (a
-    diluent beside the drug) get the same conflicting copy."""
-    pair = pair_of("conflicting_duplicate", "prescription_duration_hours")
+    diluent beside the drug) get the same conflicting copy. (An order discontinued at discharge takes none: its
+    companions' stop time settles it, siblings.yaml `implied`.)"""
+    pair = pair_of("conflicting_duplicate", "prescription_duration_hours", 12)
     copies = pair.patch.tables["prescriptions"].add
     (pharmacy_copy,) = pair.patch.tables["pharmacy"].add  # the order's own row, copied with the other stop time
     assert {c["pharmacy_id"] for c in copies} == {pharmacy_copy["pharmacy_id"]}
@@ -182,13 +183,13 @@ def test_an_orders_conflict_is_in_its_pharmacy_row_too(source, pair_of):
     assert pair.expected is None or pair.expected.value is None  # nothing in the record settles which stop is right
 
 
-def test_a_conflicting_route_is_one_the_drug_is_given_by(source):
+def test_a_conflicting_route_is_one_the_product_is_given_by(source):
     import numpy as np
 
     from pipeline.noise.subtypes.conflicting_duplicate import other_value, record_of
 
     record = record_of("prescriptions", TEMPLATES["drug_first_route_in_admission"].gold_sql)
-    assert record.value == "route" and record.alike == ("drug",)
+    assert record.value == "route" and record.alike == ("formulary_drug_cd",)  # blind audit 31: an IM tablet
     rows = source.sql("SELECT * FROM prescriptions WHERE route IS NOT NULL ORDER BY hash(pharmacy_id, drug) LIMIT 40")
     rng, made, refused = np.random.default_rng(0), 0, 0
     for row in (dict(zip(rows.columns, values)) for values in rows.fetchall()):
@@ -199,9 +200,10 @@ def test_a_conflicting_route_is_one_the_drug_is_given_by(source):
             refused += 1
             continue
         made += 1
-        given = scalar(source, "SELECT count(*) FROM prescriptions WHERE drug = ? AND route = ?", [row["drug"], route])
-        assert route != row["route"] and given > 0, f"{row['drug']} by {route}: a route no real order of the drug has"
-    assert made and refused, f"{made} conflicting routes made, {refused} refused (drugs given by one route only)"
+        product = row["formulary_drug_cd"]
+        sql = "SELECT count(*) FROM prescriptions WHERE formulary_drug_cd = ? AND route = ?"
+        assert route != row["route"] and scalar(source, sql, [product, route]) > 0, f"{product} by {route}"
+    assert made and refused, f"{made} conflicting routes made, {refused} refused (products given by one route only)"
 
 
 def test_an_impossible_value_is_no_decimal_slip_of_the_true_one(synthetic_source):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pipeline.noise.base import Rejected, subtypes
 from pipeline.noise.overlay import overlay
+from pipeline.noise.subtypes.null_value import unit_without_number
 from pipeline.noise.verify import verify_pair
 from pipeline.templates.instantiate import instantiate
 from pipeline.templates.programs import Tables
@@ -42,8 +43,13 @@ def test_a_nulled_interpretation_keeps_no_mic(source):
 
 
 def test_a_nulled_chart_number_keeps_no_text_and_a_nulled_unit_no_transfer(source):
+    # nor its unit: no real chart row without a number carries one (blind audit 28 found the 148 nulled diastolics
+    # by `value IS NULL AND valueuom IS NOT NULL`); a lab keeps its unit, as 4,218 real numberless lab rows do
+    assert not unit_without_number(source, "chartevents", "valuenum", "valueuom")
+    assert unit_without_number(source, "labevents", "valuenum", "valueuom")
     for pair in _pairs(source, "vital_mean_in_stay"):
-        assert all(r["valuenum"] is None and r["value"] is None for r in pair.patch.tables["chartevents"].add)
+        rows = pair.patch.tables["chartevents"].add
+        assert all(r["valuenum"] is None and r["value"] is None and r["valueuom"] is None for r in rows)
     for pair in _pairs(source, "icu_stay_first_careunit"):
         (stay,) = pair.patch.tables["icustays"].add
         with overlay(source, pair.patch):

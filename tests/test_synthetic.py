@@ -81,7 +81,15 @@ def test_clinical_invariants(con):
                             coalesce(valuenum < ref_range_lower OR valuenum > ref_range_upper, false)""",
         "pharmacy matches": """SELECT count(*) FROM prescriptions r JOIN pharmacy p USING (pharmacy_id)
                                WHERE r.poe_id <> p.poe_id OR r.hadm_id <> p.hadm_id""",
+        # as in the demo, an observation stay is billed by no DRG (the others by an HCFA one)
+        "drg of an observation stay": """SELECT count(*) FROM drgcodes d JOIN admissions a USING (hadm_id)
+                                         WHERE a.admission_type LIKE '%OBSERVATION' AND a.admission_type <> 'OBSERVATION ADMIT'""",
     }
+    billed = "SELECT count(*) FROM admissions WHERE hadm_id IN (SELECT hadm_id FROM drgcodes WHERE drg_type = 'HCFA')"
+    assert scalar(con, billed) == scalar(
+        con,
+        "SELECT count(*) FROM admissions WHERE admission_type NOT LIKE '%OBSERVATION' OR admission_type = 'OBSERVATION ADMIT'",
+    )
     for name, sql in checks.items():
         assert scalar(con, sql) == 0, name
     for table, column in [

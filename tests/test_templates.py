@@ -44,8 +44,10 @@ def yields_five_agreeing_tasks(instantiation, template_id: str) -> None:
     tasks, report = instantiation
     mine = [t for t in tasks if t.template_id == template_id]
     assert len(mine) == 5, report.dropped[template_id]
+    spec = next(t for t in TEMPLATES if t.id == template_id).spec.answer
     for task in mine:
-        assert task.answer == task.python_answer and task.answer.value not in (None, [])
+        # agree within the template's tolerance: a mean of 64.625 rounds to 64.63 in SQL and 64.62 in polars
+        assert answers_agree(task.answer, task.python_answer, spec) and task.answer.value not in (None, [])
         assert task.evidence and "{{" not in task.question
 
 

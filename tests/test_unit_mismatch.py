@@ -55,6 +55,12 @@ def test_a_patient_pair_holds_the_converted_quantity_and_its_label_is_the_clean_
     assert float(row[number]) != pytest.approx(clean)
     assert pair.contract == "repair" and pair.expected == pair.clean.answer  # the careful reading is the clean answer
     assert pair.trap and pair.naive_answer != pair.expected
+    if table == "labevents":  # its reference range is written in the row's unit too (blind audit 29)
+        ranges = source.execute(f"SELECT ref_range_lower, ref_range_upper FROM {table} WHERE {key}").fetchall()[0]
+        for clean_bound, bound in zip(ranges, (row["ref_range_lower"], row["ref_range_upper"])):
+            assert (clean_bound is None) == (bound is None)
+            if bound is not None:
+                assert convert_unit(bound, row[units.unit], usual) == pytest.approx(clean_bound, abs=1e-6)
 
 
 def test_a_unit_the_column_never_writes_is_not_written(source):

@@ -28,15 +28,19 @@ def fits(table: str, version: int, sex: str, code: str) -> bool:
     return not any(code.startswith(prefix) for prefix in unfit_prefixes(table, version, sex))
 
 
-def fitting_codes(con, table: str, subject_id: int, version: int, exclude: str) -> list[str]:
+def fitting_codes(
+    con, table: str, subject_id: int, version: int, exclude: str, at: dict[str, int] | None = None
+) -> list[str]:
     """The table's most frequent codes (of the ICD version) that the source gives to a patient of the
-    subject's sex and that lie outside the ranges of the other sex and of newborns; most frequent first."""
+    subject's sex and that lie outside the ranges of the other sex and of newborns; most frequent first. `at`
+    ({position column: value}): only codes real rows carry at that position (a principal diagnosis)."""
+    position = "".join(f" AND c.{column} = {int(value)}" for column, value in (at or {}).items())
     sex = next(
         (g for (g,) in con.execute("SELECT gender FROM patients WHERE subject_id = ?", [subject_id]).fetchall()), None
     )
     rows = con.execute(
         f"SELECT c.icd_code FROM {table} c JOIN patients p USING (subject_id) "
-        f"WHERE c.icd_version = ? AND p.gender IS NOT DISTINCT FROM ? AND c.icd_code <> ? "
+        f"WHERE c.icd_version = ? AND p.gender IS NOT DISTINCT FROM ? AND c.icd_code <> ?{position} "
         f"GROUP BY 1 ORDER BY count(*) DESC, 1",
         [version, sex, exclude],
     ).fetchall()

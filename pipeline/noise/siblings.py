@@ -111,6 +111,40 @@ def kept_elsewhere(con, table: str, rows: list[dict], column: str | None = None,
         raise Rejected("derivable_from_sample")
     if column is not None and implied(con, table, column, rows):
         raise Rejected("implied_by_sibling")
+    if column is not None and panel_implied(con, table, column, rows):
+        raise Rejected("implied_by_panel")
+
+
+def panel_implied(con, table: str, column: str, rows: list[dict]) -> bool:
+    """Some row's value is what its panel implies (siblings.yaml `panels`): for another result of the same panel
+    (an isolate's susceptibility to another antibiotic), every other panel of the same kind (organism) with that
+    result holds one value for the row's item, in at least `support` panels."""
+    rule = sibling_rules().get("panels", {}).get(table, {}).get(column)
+    if not rule:
+        return False
+    within, item, by = rule["within"], rule["item"], rule["by"]
+    values = ", ".join(f"'{v}'" for v in rule["values"])
+    same = " AND ".join(f"{{a}}.{c} IS NOT DISTINCT FROM {{b}}.{c}" for c in within)
+    mine = " AND ".join(f"{c} IS NOT DISTINCT FROM ?" for c in within)
+    theirs = " AND ".join(f"p.{c} IS NOT DISTINCT FROM ?" for c in within)
+    sql = f"""
+        WITH mine AS (SELECT {item} AS b, {column} AS bv FROM {table}
+                      WHERE {mine} AND {item} <> ? AND {column} IN ({values})),
+        peers AS (SELECT DISTINCT p.*, m.b FROM {table} p JOIN mine m ON p.{item} = m.b AND p.{column} = m.bv
+                  WHERE p.{by} = ? AND NOT ({theirs}))
+        SELECT count(*) FROM (
+            SELECT peers.b FROM peers JOIN {table} t ON {same.format(a="t", b="peers")}
+            WHERE t.{item} = ? AND t.{column} IN ({values})
+            GROUP BY peers.b
+            HAVING count(DISTINCT t.{column}) = 1 AND count(*) >= {int(rule["support"])} AND min(t.{column}) = ?)"""
+    for row in rows:
+        if row[column] is None or row[item] is None:
+            continue
+        keys = [row[c] for c in within]
+        found = con.execute(sql, [*keys, row[item], row[by], *keys, row[item], row[column]]).fetchall()
+        if found[0][0]:
+            return True
+    return False
 
 
 def shared_value(con, table: str, column: str, rows: list[dict]) -> tuple[bool, Any]:

@@ -182,6 +182,10 @@ def verify_pair(
         raise Rejected("noisy_data_still_answers")
     if twin.contract == "repair" and naive is not None and _reads_alike(naive, expected, template):
         raise Rejected("no_divergence")  # the noise did not change what a naive reading answers
+    if twin.contract == "repair" and naive is not None and _reads_alike(naive, task.answer, template):
+        # the careless reading still reports the true answer, so a repair away from it punishes the truth (blind
+        # audit 28: a masked susceptibility that was S, an impossible diastolic whose original was also over 110)
+        raise Rejected("naive_gives_the_clean_answer")
     trap = naive is not None and not is_empty(naive) and not _reads_alike(naive, expected, template)
     return NoisePair(
         pair_id=f"{task.task_id}-{subtype.name}",

@@ -68,8 +68,9 @@ class Answer(BaseModel):
     # The record columns every phrasing asks for ("... and when was it measured?"): only these are scored and
     # shown in the task's answer format; the other `records` are kept in labels as the answer's provenance.
     asked_records: list[str] = []
-    # The answer summarises every reading in the question's scope (a maximum over a stay): an impossible reading
-    # among them may be left out by a careful analyst, so leaving it out is accepted beside abstaining.
+    # The answer summarises every reading in the question's scope (a maximum over a stay) or picks one of them by
+    # time (the first after ICU admission): an impossible reading among them may be left out by a careful analyst
+    # (and the next one read), so leaving it out is accepted beside abstaining.
     summarises_readings: bool = False
 
     @model_validator(mode="after")

@@ -27,6 +27,7 @@ from pipeline.noise.rules import (
     duplicate_rules,
     flagged_on_source,
     is_patient,
+    left_out_a_few,
     pick,
     read_value_column,
     scoped_twin,
@@ -54,6 +55,7 @@ class Record:
     named_by: dict | None = None  # a table that speaks to the value at one position (the DRG: the principal)
     settled: tuple = ()  # values the record states elsewhere too (a death: its time, flag and date of death)
     history: str | None = None  # the column naming whose other encounters a code recurs in (subject_id)
+    lead: int | None = None  # the position of the encounter's principal code (seq_num 1)
 
 
 def record_of(table: str | None, gold_sql: str) -> Record | None:
@@ -79,6 +81,7 @@ def record_of(table: str | None, gold_sql: str) -> Record | None:
         spec.get("named_by"),
         tuple(spec.get("settled", {}).get(value, [])),
         spec.get("history"),
+        spec.get("lead"),
     )
 
 
@@ -99,7 +102,7 @@ def conflict_rule(record: Record, rows: pl.DataFrame) -> Rule:
 def other_value(con, record: Record, row: dict, rng):
     """A different value of the same kind, written like the record's own: a number scaled (at its item's
     precision), a time shifted (not by a round offset), a code that fits the patient, another text of the column
-    that real rows alike in `alike` columns carry (a route the same drug is given by: LR is not given nasally)."""
+    that real rows alike in `alike` columns carry (a route the same product is given by: LR is not given nasally)."""
     value = row[record.value]
     if isinstance(value, bool) or (isinstance(value, int) and record.value.endswith("_flag")):
         return type(value)(not value)  # a flag flips
@@ -128,7 +131,10 @@ def _other_texts(con, record: Record, row: dict) -> list:
     if _spoken_to(con, record, row):
         raise Rejected("value_named_elsewhere")
     if record.value == "icd_code" and record.table in sex_ranges():
-        found = fitting_codes(con, record.table, row["subject_id"], row["icd_version"], row["icd_code"])
+        at = None  # at the principal position, a code real rows hold there (duplicates.yaml `lead`)
+        if record.position is not None and record.lead is not None and row[record.position] == record.lead:
+            at = {record.position: record.lead}
+        found = fitting_codes(con, record.table, row["subject_id"], row["icd_version"], row["icd_code"], at)
     else:
         alike = "".join(f" AND {c} = ?" for c in record.alike)
         found = [
@@ -253,7 +259,13 @@ class ConflictingDuplicate(NoiseSubtype):
         "evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads, and its "
         "position (seq_num) where the table has one"
     )
-    version = 13  # 13: at patient scope, not a result of a relation its sample completes (blind audit 27: a
+    version = 14  # 14: a copy of a principal code is a code some admission holds as its principal (duplicates.yaml
+    # `lead`; blind audit 28: 'Long-term use of insulin' beside a psychosis); not a stop time the admission's other
+    # orders discontinued at discharge share (siblings.yaml `implied`); not a susceptibility its isolate's other
+    # results imply (`panels`: blind audit 30 settled an S copy of erythromycin R by the isolate's clindamycin R);
+    # an order's other route or dose is one its product's real orders carry (blind audit 31: an IM tablet); a
+    # population conflict touches less than a third of the cohort's rows (`cohort_mostly_changed`, blind audit 31)
+    # 13: at patient scope, not a result of a relation its sample completes (blind audit 27: a
     # diastolic copy of 94 above its sample's mean of 91; a sodium copy beside its anion gap, chloride, bicarbonate)
     # 12: a column that states the value in the same row follows the copy (blind audit 26: a stay
     # of one transfer, SICU to SICU, whose copy began in another unit but still ended in the SICU)
@@ -296,6 +308,8 @@ class ConflictingDuplicate(NoiseSubtype):
         if flagged_on_source(con, ev, rule):
             raise Rejected("evidence_already_conflicting")
         originals = pick(ev.rows, is_patient(template), rng)
+        if not is_patient(template):
+            left_out_a_few(originals, ev.rows)
         # another table or the sample settles which copy is true; a population label accepts the true reading anyway
         kept_elsewhere(con, ev.table, originals, record.value, conflict=is_patient(template))
         copies = conflicting_copies(con, ev, record, originals, rng)

@@ -68,7 +68,9 @@ TIME_COLUMNS = {
 class DisplacedTime(NoiseSubtype):
     name = "displaced_time"
     level = "record"
-    version = 9  # 9: a narrower window than the encounter also accepts the answer with the moved row outside it
+    version = 10  # 10: the answer with the moved rows at their encounter's end moves the order's other rows too
+    # (blind audit 30: a Bag base row left inside the first day while its Magnesium Sulfate was moved out)
+    # 9: a narrower window than the encounter also accepts the answer with the moved row outside it
     # 8: not ICU stays (the transfers and the admission fix their times); the clean answer is accepted
     # 7: a moved ICU stay's neighbouring transfers move with it (the one before ends, the one after
     # starts, at the stay's ends: blind audit 16)
@@ -223,8 +225,10 @@ def _answer_if_charted_at_end(con, task, template, table, key_columns, chosen, m
     if answer.type == AnswerType.datetime or answer.asked_records:
         return None
     at_end = [_moved_to(row, moving, end) for row, _, end in chosen]
-    hidden = _keys([row for row, _, _ in chosen], key_columns)
-    patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hidden, add=at_end)})
+    before = [row for row, _, _ in chosen]
+    patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=_keys(before, key_columns), add=at_end)})
+    # the order's other rows move with it (blind audit 30: a Bag base row left at its time beside its moved drug)
+    patch = sibling_patch(con, table, before, at_end, patch)
     with overlay(con, patch):
         frame = run_sql(con, template.gold_sql, typed_slots(template, task.slots))
     none = AnswerValue(value=[] if answer.type == AnswerType.list else None)

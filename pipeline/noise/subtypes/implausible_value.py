@@ -1,7 +1,8 @@
 """implausible_value (value level): the value becomes physiologically impossible.
 
 Patient level: the measurement asked about is impossible, so the record does not support an answer (abstain);
-where the answer summarises readings (a maximum), the answer over the valid readings is accepted as well.
+where the answer summarises readings (a maximum) or picks one by time (the first, the latest), the answer over the
+valid readings is accepted as well.
 Population level: a few of the cohort's measurements become impossible; the answer is repaired by excluding
 the impossible records and answering over the valid ones.
 """

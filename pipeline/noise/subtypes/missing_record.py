@@ -1,18 +1,25 @@
 """missing_record (record level): every row the question could rest on is hidden; the answer is unsupported.
 
 A patient question's rows that another table also records (siblings.yaml `witnesses`: an ICU patient's lab in
-chartevents under a Labs item) are not hidden (`witnessed_elsewhere`)."""
+chartevents under a Labs item) are not hidden (`witnessed_elsewhere`); nor are encounters whose every column the
+question reads another table keeps (siblings.yaml `records` with `keeps`: an ICU stay's times and unit are its
+transfer's; `recorded_elsewhere`)."""
 
 from __future__ import annotations
+
+import sqlglot
+from sqlglot import expressions as exp
 
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
 from pipeline.noise.evidence import candidate_keys, evidence_table, rows_by_key
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.patch import Patch, TablePatch
-from pipeline.noise.siblings import witnessed
+from pipeline.noise.siblings import matching_rows, record_rules, witnessed
 from pipeline.noise.slot_swap import concept_slots
 from pipeline.templates.answers import AnswerValue
+from pipeline.templates.lint import sample_slots
 from pipeline.templates.programs import load_python_program
+from pipeline.templates.render import render_sql
 from pipeline.templates.spec import AnswerType
 
 MAX_HIDDEN = 5_000  # a population question over more rows than this is not a missing-record item
@@ -28,7 +35,8 @@ ANSWERED_BY_ABSENCE = (AnswerType.count, AnswerType.boolean, AnswerType.list)
 class MissingRecord(NoiseSubtype):
     name = "missing_record"
     level = "record"
-    version = 4  # 2: rejected when the noisy data still answers the clean question; 3: zero, no, none are answers
+    version = 5  # 5: not encounters another table keeps whole for the question (an ICU stay's transfer)
+    # 2: rejected when the noisy data still answers the clean question; 3: zero, no, none are answers
     # 4: not where another table charts the same results (siblings.yaml witnesses: an ICU lab in chartevents)
     noisy_data_unanswerable = True
 
@@ -55,6 +63,8 @@ class MissingRecord(NoiseSubtype):
         key_columns = list(hidden[0])
         if template.spec.scope.value == "patient" and witnessed(con, table, rows_by_key(con, table, hidden)):
             raise Rejected("witnessed_elsewhere")  # another table charts the same results (an ICU lab in chartevents)
+        if _recorded_elsewhere(con, table, rows_by_key(con, table, hidden), template):
+            raise Rejected("recorded_elsewhere")  # blind audit 30 rebuilt 23 hidden ICU stays from their transfers
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hidden)})
         gold = load_python_program(template)
         return NoisyTwin(
@@ -65,3 +75,18 @@ class MissingRecord(NoiseSubtype):
             reference_python=guarded_python(template, gold, table, hidden, lambda rows: rows.height == 0),
             inspect={"table": table, "filter": task.slots},
         )
+
+
+def _recorded_elsewhere(con, table: str, rows: list[dict], template) -> bool:
+    """Another table records every hidden row with every column of `table` the gold SQL reads (siblings.yaml
+    `records` rules with `keeps`)."""
+    tree = sqlglot.parse_one(render_sql(template.gold_sql, sample_slots(template)), dialect="duckdb")
+    aliases = {t.alias_or_name for t in tree.find_all(exp.Table) if t.name == table}
+    columns = {d[0] for d in con.execute(f"SELECT * FROM {table} LIMIT 0").description}
+    named = {c.name for c in tree.find_all(exp.Column) if c.table in aliases or (not c.table and len(aliases) == 1)}
+    read = named & columns  # not a CTE's own columns
+    for rule in record_rules(table):
+        kept = set(rule.get("keeps", [])) | set(rule["match"])
+        if kept and read <= kept | set(rule.get("keys", [])) and all(matching_rows(con, rule, row) for row in rows):
+            return True
+    return False

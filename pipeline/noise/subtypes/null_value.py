@@ -1,7 +1,8 @@
 """null_value (value level): the value the answer rests on becomes NULL; abstain.
 
-A measurement loses its number (and its text); a record of another table (an admission, an order, a culture)
-loses the value column its question reads (`values` in duplicates.yaml: discharge location, route, ...).
+A measurement loses its number (its text, and its unit where the table's numberless rows carry none); a record
+of another table (an admission, an order, a culture) loses the value column its question reads (`values` in
+duplicates.yaml: discharge location, route, ...).
 The same fact kept elsewhere (siblings.yaml) goes with it, or a careful analyst would read it there: a lab's
 text `value` with its `valuenum`, a susceptibility's MIC (dilution) with its interpretation, the pharmacy row's
 start / stop time and route with the prescription's, the ICU transfer's care unit with the stay's first unit.
@@ -29,7 +30,10 @@ class NullValue(NoiseSubtype):
     name = "null_value"
     level = "value"
     requires = "a patient-level template (a population answer over many rows survives one NULL)"
-    version = 10  # 10: not a route the order's pharmacy type implies (siblings.yaml `implied`); a value every other
+    version = 11  # 11: the unit goes NULL with the number where the table's rows without a number never carry
+    # one (blind audit 28: 148 nulled diastolics still in mmHg were the only such chart rows); not a stop time the
+    # admission's other orders discontinued at discharge share (siblings.yaml `implied`: blind audit 28)
+    # 10: not a route the order's pharmacy type implies (siblings.yaml `implied`); a value every other
     # row of the encounter shares is accepted, or no noise is made where it is another (`shared`: blind audit 24)
     # 9: a lab's flag goes NULL with its number; not a result its sample computes (an anion gap from
     # its electrolytes; siblings.yaml derivations) nor an ICU dose the eMAR charted within an hour (blind audit 16)
@@ -56,7 +60,10 @@ class NullValue(NoiseSubtype):
         shared, value = shared_value(con, table, number, rows)  # the session's other procedures share one date
         if shared and any(row[number] != value for row in rows):
             raise Rejected("siblings_suggest_another")
-        blank = dict.fromkeys([number, *companions(table, number), *([facts.text] if facts and facts.text else [])])
+        stating = [*companions(table, number), *([facts.text] if facts and facts.text else [])]
+        if facts and facts.unit and not unit_without_number(con, table, number, facts.unit):
+            stating.append(facts.unit)  # a unit beside no number would be the only one of its table
+        blank = dict.fromkeys([number, *stating])
         blanked = [{**row, **blank} for row in rows]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=keys, add=blanked)})
         patch = sibling_patch(con, table, rows, blanked, patch)
@@ -72,3 +79,9 @@ class NullValue(NoiseSubtype):
             inspect={"table": table, "filter": task.slots},
             also_accepted=(task.answer,) if shared else (),
         )
+
+
+def unit_without_number(con, table: str, number: str, unit: str) -> bool:
+    """Some row of the source table carries a unit but no number (demo labs: 4,218 of 9,588; charts: none)."""
+    sql = f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {number} IS NULL AND {unit} IS NOT NULL LIMIT 1)"
+    return con.execute(sql).fetchall()[0][0] > 0

@@ -24,6 +24,7 @@ from pipeline.noise.rules import (
     alteration,
     flagged_on_source,
     is_patient,
+    left_out_a_few,
     pick,
     placeholders,
     scoped_twin,
@@ -63,7 +64,10 @@ class PlaceholderValue(NoiseSubtype):
     # 4: columns of the same row stating the same fact go NULL with the mask (siblings.yaml companions: a masked
     #    interpretation loses its MIC, a masked first care unit its last; a blind audit read the MIC)
     # 5: the order's other prescription rows (a diluent beside its drug) are masked alike (blind audit 16)
-    version = 7  # 7: not a route the order's pharmacy type implies (siblings.yaml `implied`: blind audit 24)
+    version = 8  # 8: a population mask touches less than a third of the cohort's rows (`cohort_mostly_changed`);
+    # not a susceptibility its isolate's other results imply (siblings.yaml `panels`: blind audits 28
+    # and 30); not a stop time the admission's other orders discontinued at discharge share (`implied`)
+    # 7: not a route the order's pharmacy type implies (siblings.yaml `implied`: blind audit 24)
     # 6: not a value the record keeps elsewhere (blind audit 22: an ERROR potassium charted in chartevents)
     requires = (
         "evidence in a table with a text value column (measurements.yaml, placeholders.yaml) the gold SQL "
@@ -95,6 +99,8 @@ class PlaceholderValue(NoiseSubtype):
         texts = placeholders()["masks"] + (placeholders()["errors"] if number else [])
         blank = dict.fromkeys([*([number] if number else []), *companions(ev.table, text)])
         chosen = pick(ev.rows, patient, rng)
+        if not patient:
+            left_out_a_few(chosen, ev.rows)
         kept_elsewhere(con, ev.table, chosen, text)  # an ICU lab's chartevents copy, a sample that computes it
         masked = [{**row, text: str(rng.choice(texts)), **blank} for row in chosen]
         patch = sibling_patch(con, ev.table, chosen, masked, alteration(ev, chosen, masked))  # pharmacy keeps the route

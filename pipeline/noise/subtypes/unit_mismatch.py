@@ -173,7 +173,19 @@ def converted_row(con, units: Units, row: dict, conversion: Conversion, toleranc
     if number == value:
         raise Rejected("conversion_keeps_number")  # -40 °F is -40 °C: the row would not change its reading
     written = written_like(con, facts, row[facts.item], number) if facts else {units.text: f"{number:.{digits}f}"}
-    return {**row, **written, units.unit: conversion.unit}
+    return {**row, **written, **_ranges_in(facts, row, conversion), units.unit: conversion.unit}
+
+
+def _ranges_in(facts, row: dict, conversion: Conversion) -> dict:
+    """The row's reference range in the conversion's unit, as a lab reported in that unit carries it (blind audit
+    29: a cholesterol of 1340 mg/L kept its 0-199 mg/dL range and no flag)."""
+    if facts is None or facts.flag is None:
+        return {}
+    bounds = (facts.flag["below"], facts.flag["above"])
+    return {
+        c: None if row[c] is None else round(_converted(float(row[c]), conversion.expected, conversion.unit), 6)
+        for c in bounds
+    }
 
 
 def dose_number(text) -> tuple[float, int]:
@@ -291,7 +303,9 @@ class UnitMismatch(NoiseSubtype):
     name = "unit_mismatch"
     level = "value"
     requires = "evidence in a table with a unit column (measurements.yaml, units.yaml)"
-    version = 5  # 5: the unit written as the column's real rows spell it ('gm', not 'g'), or no pair
+    version = 6  # 6: a lab's reference range is re-expressed with its number (blind audit 29: 1340 mg/L beside a
+    # 0-199 mg/dL range)
+    # 5: the unit written as the column's real rows spell it ('gm', not 'g'), or no pair
     # 4: population scope re-expresses one subject's rows too (a relabelled number that is
     # impossible in its new unit is read through as a mislabel: blind audit 16, NTproBNP "ng/mL", NIBP "kPa")
     # 3: population relabels take a unit that does not fit (U/L for a mg/dL or mmol/L analyte; a

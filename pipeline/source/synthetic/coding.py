@@ -59,10 +59,13 @@ def write_procedures(ctx: Context, writer, adm: Admissions) -> None:
     )
 
 
-def write_drgcodes(ctx: Context, writer, adm: Admissions) -> None:
-    """At most one HCFA and one APR DRG per admission, with the demo's descriptions and severities."""
+def write_drgcodes(ctx: Context, writer, adm: Admissions, admission_type: Text) -> None:
+    """At most one HCFA and one APR DRG per admission billed by DRG (not an observation stay), with the demo's
+    shares, descriptions and severities."""
+    unbilled = set(ctx.vocab.value("coding", "drg_unbilled_types"))
+    billed = ~np.isin(admission_type.codes, [i for i, t in enumerate(admission_type.values) if t in unbilled])
     for drg_type, fraction in sorted(ctx.vocab.value("coding", "drg_fraction").items()):
-        admission = np.flatnonzero(ctx.rng.random(len(adm)) < fraction)
+        admission = np.flatnonzero((ctx.rng.random(len(adm)) < fraction) & billed)
         drg = Weighted.of(ctx.vocab.value("coding", "drg")[drg_type])
         pick = drg.indices(ctx.rng, len(admission))
         numbers = np.asarray([[np.nan if x is None else x for x in v[2:4]] for v in drg.values], dtype=float)

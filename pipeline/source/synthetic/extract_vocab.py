@@ -19,6 +19,7 @@ TOP_PANELS = 400
 TOP_DRUGS = 800
 EXTRA_DICTIONARY_CODES = {"d_icd_diagnoses": 4000, "d_icd_procedures": 2000, "d_hcpcs": 1000}
 OUT_DIR = Path(__file__).parent / "data"
+BILLED = "hadm_id IN (SELECT hadm_id FROM drgcodes)"  # an admission the demo billed by a DRG
 DRUG_COLUMNS = (
     "route",
     "dose_val_rx",
@@ -151,8 +152,15 @@ def coding(d: Demo) -> dict:
                                 FROM drgcodes WHERE drg_type = '{t}' GROUP BY ALL""")
             for t in ("HCFA", "APR")
         },
+        # an observation stay is not billed by DRG (demo: none of its 42 EU, direct or ambulatory observation
+        # admissions has one, 233 of the other 233 have an HCFA DRG): the share is of the billed admissions
+        "drg_unbilled_types": [
+            t
+            for (t,) in d.rows(f"""SELECT admission_type FROM admissions GROUP BY 1
+                                    HAVING count(*) FILTER (WHERE {BILLED}) = 0 ORDER BY 1""")
+        ],
         "drg_fraction": {
-            t: d.scalar(f"""SELECT count(DISTINCT hadm_id) / (SELECT count(*) FROM admissions)
+            t: d.scalar(f"""SELECT count(DISTINCT hadm_id) / (SELECT count(*) FROM admissions a WHERE {BILLED})
                                         FROM drgcodes WHERE drg_type = '{t}'""")
             for t in ("HCFA", "APR")
         },

@@ -60,18 +60,14 @@ def write_chunk(ctx: Context, writer: DuckWriter, first: int, n: int) -> None:
     cohort = build_cohort(ctx, first, n)
     adm, stays = cohort.adm, cohort.stays
     patients.write_patients(ctx, writer, cohort)
-    edregtime = patients.write_admissions(ctx, writer, adm)
+    edregtime, admission_type = patients.write_admissions(ctx, writer, adm)
     encounters.write_stays(ctx, writer, adm, stays)
     encounters.write_transfers(ctx, writer, adm, stays, edregtime)
     encounters.write_services(ctx, writer, adm)
-    for write in (
-        coding.write_diagnoses,
-        coding.write_procedures,
-        coding.write_drgcodes,
-        coding.write_hcpcs,
-        labs.write_labevents,
-        micro.write_microbiology,
-    ):
+    coding.write_diagnoses(ctx, writer, adm)
+    coding.write_procedures(ctx, writer, adm)
+    coding.write_drgcodes(ctx, writer, adm, admission_type)
+    for write in (coding.write_hcpcs, labs.write_labevents, micro.write_microbiology):
         write(ctx, writer, adm)
     meds.write_medications(ctx, writer, adm, orders.write_poe(ctx, writer, adm))
     for write_stays in (

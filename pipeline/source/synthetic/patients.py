@@ -27,8 +27,9 @@ def write_patients(ctx: Context, writer, cohort: Cohort) -> None:
     _omr(ctx, writer, cohort.subject_id, cohort.adm)
 
 
-def write_admissions(ctx: Context, writer, adm: Admissions) -> np.ndarray:
-    """Writes admissions; returns the ED registration times (NULL_TIME where none) for the transfers."""
+def write_admissions(ctx: Context, writer, adm: Admissions) -> tuple[np.ndarray, Text]:
+    """Writes admissions; returns the ED registration times (NULL_TIME where none) for the transfers, and the
+    admission types (an observation stay is billed by no DRG)."""
     rng, n, died = ctx.rng, len(adm), adm.died
     ed = rng.random(n) < ctx.vocab.value("demographics", "ed_fraction")
     ed_hours = sample_one(quantiles(ctx.vocab.value("demographics", "ed_hours")), rng, n)
@@ -36,6 +37,7 @@ def write_admissions(ctx: Context, writer, adm: Admissions) -> np.ndarray:
     edout = np.minimum(adm.admit + (rng.random(n) * 2 * HOUR).astype(np.int64), adm.disch)
     discharge = ctx.pick("demographics", "discharge_location", n)
     discharge = Text(discharge.values + ["DIED"], np.where(died, len(discharge.values), discharge.codes))
+    admission_type = ctx.pick("demographics", "admission_type", n)
     writer.insert(
         "admissions",
         {
@@ -44,7 +46,7 @@ def write_admissions(ctx: Context, writer, adm: Admissions) -> np.ndarray:
             "admittime": times(adm.admit),
             "dischtime": times(adm.disch),
             "deathtime": times(np.where(died, adm.disch, NULL_TIME)),
-            "admission_type": ctx.pick("demographics", "admission_type", n),
+            "admission_type": admission_type,
             "admit_provider_id": ctx.providers(n),
             "admission_location": ctx.pick("demographics", "admission_location", n),
             "discharge_location": discharge,
@@ -54,7 +56,7 @@ def write_admissions(ctx: Context, writer, adm: Admissions) -> np.ndarray:
             "hospital_expire_flag": died.astype(np.int16),
         },
     )
-    return np.where(ed, edreg, NULL_TIME)
+    return np.where(ed, edreg, NULL_TIME), admission_type
 
 
 def _omr(ctx: Context, writer, subject_id: np.ndarray, adm: Admissions) -> None:
