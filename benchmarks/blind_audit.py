@@ -7,7 +7,7 @@ and only then runs `reveal` to read the label and the patch and judge it CORRECT
 Usage:
   python benchmarks/blind_audit.py pick RELEASE_DIR DB OUT_DIR [--per-subtype 2] [--auditors 2] [--seed 0]
   python benchmarks/blind_audit.py peek RELEASE_DIR DB TASK_ID "SELECT ..."
-  python benchmarks/blind_audit.py reveal RELEASE_DIR DB TASK_ID
+  python benchmarks/blind_audit.py reveal RELEASE_DIR TASK_ID
 `pick` writes OUT_DIR/tasks_<A|B|...>.json (task id, question, answer format), OUT_DIR/prompt_<X>.md (the
 auditor's instructions) and OUT_DIR/key.json (each task's sub-type and template, for whoever tallies the audit).
 """
@@ -46,7 +46,7 @@ same fact, spelling variants, units, duplicates. Write each answer (value or abs
 `{answers}` before you go on. Do not read any source file of the project, any label, patch or release file.
 
 ## Step 2: only then reveal each label
-    {python} reveal {release} {db} TASK_ID
+    {python} reveal {release} TASK_ID
 prints the label's contract (answer, abstain, repair), the expected and accepted answers, the noise sub-type,
 the programs and the patch (the rows the noise hid or added). Judge each label:
 - CORRECT: a careful analyst looking at the noisy record would agree with the expected answer (or abstention).
@@ -161,12 +161,12 @@ def main() -> None:
     pick.add_argument("--per-subtype", type=int, default=2)
     pick.add_argument("--auditors", type=int, default=2)
     pick.add_argument("--seed", type=int, default=0)
-    for name in ("peek", "reveal"):
-        command = commands.add_parser(name)
-        command.add_argument("release", type=Path)
-        command.add_argument("db", type=Path)
-        command.add_argument("task_id")
-    commands.choices["peek"].add_argument("sql")
+    peek_command = commands.add_parser("peek")
+    for name, kind in (("release", Path), ("db", Path), ("task_id", str), ("sql", str)):
+        peek_command.add_argument(name, type=kind)
+    reveal_command = commands.add_parser("reveal")
+    reveal_command.add_argument("release", type=Path)
+    reveal_command.add_argument("task_id")
     args = parser.parse_args()
     if args.command == "pick":
         for path in write_audit(args.release, args.db, args.out, args.per_subtype, args.auditors, args.seed):

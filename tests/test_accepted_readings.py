@@ -391,7 +391,7 @@ def _outcome(source, template_id: str, subtype: str, slots: dict, seed: int):
         return exc.reason
 
 
-def test_a_repair_is_no_label_where_the_careless_reading_gives_the_true_answer(source):
+def test_a_repair_is_no_label_where_the_careless_reading_gives_the_true_answer(source, monkeypatch):
     """Blind audit 28: a diastolic of 123 made 1451 still counts its stay over 110 (29, the true count), and a
     masked ceftazidime reading that was S still counts as not resistant (8.33%, the true rate): excluding them
     (28; 9.09%) repairs away from the truth, so no such label is made. (The isolate's other results imply the
@@ -401,17 +401,10 @@ def test_a_repair_is_no_label_where_the_careless_reading_gives_the_true_answer(s
     assert reason == "naive_gives_the_clean_answer"
     slots = {"organism": "KLEBSIELLA PNEUMONIAE", "antibiotic": "CEFTAZIDIME"}
     assert _outcome(source, "organism_resistance_rate", "placeholder_value", slots, seed=28) == "implied_by_panel"
-    template = TEMPLATES["organism_resistance_rate"]  # and without the panel rule, the careless reading's
-    task = task_of(source, template, slots)
-    twin_rule = sibling_rules()["panels"]
-    try:
-        sibling_rules()["panels"] = {}
-        reason = verify_pair(source, Tables(source), task, template, subtypes()["placeholder_value"], seed=28)
-    except Rejected as exc:
-        reason = exc.reason
-    finally:
-        sibling_rules()["panels"] = twin_rule
-    assert reason == "naive_gives_the_clean_answer"
+    monkeypatch.setitem(sibling_rules(), "panels", {})  # and without the panel rule, the careless reading's
+    assert _outcome(source, "organism_resistance_rate", "placeholder_value", slots, seed=28) == (
+        "naive_gives_the_clean_answer"
+    )
 
 
 def test_a_stop_time_the_discharge_settles_is_not_removed(source):

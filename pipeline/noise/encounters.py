@@ -58,12 +58,26 @@ _OFFSET = (
 )
 
 
+def gold_tree(template: Template) -> exp.Expr:
+    """The template's gold SQL, rendered with sample slots, as a sqlglot tree."""
+    return sqlglot.parse_one(render_sql(template.gold_sql, sample_slots(template)), dialect="duckdb")
+
+
+def columns_read(template: Template, table: str) -> set[str]:
+    """The columns of `table` the gold SQL reads: through the table's aliases, or unqualified where the SQL reads
+    that table under one name (a CTE's own columns are not the table's)."""
+    tree = gold_tree(template)
+    aliases = {t.alias_or_name for t in tree.find_all(exp.Table) if t.name == table}
+    named = {c.name for c in tree.find_all(exp.Column) if c.table in aliases or (not c.table and len(aliases) == 1)}
+    return named & set(load_schema()[table].column_names)
+
+
 def needs_encounter(template: Template, enc: Encounter) -> bool:
     """The gold SQL needs what only the encounter row holds: a window offset from its times (the first 24 hours
     of the admission), or an attribute that is not a key or a time. A key, or a time the evidence is merely
     compared with ("after the stay began"), does not count: the evidence rows carry the encounter's key, so a
     careful analyst answers such a question from them alone."""
-    tree = sqlglot.parse_one(render_sql(template.gold_sql, sample_slots(template)), dialect="duckdb")
+    tree = gold_tree(template)
     aliases = {t.alias_or_name for t in tree.find_all(exp.Table) if t.name == enc.table}
     times = {enc.start, enc.end}
     for column in tree.find_all(exp.Column):

@@ -124,7 +124,7 @@ def panel_implied(con, table: str, column: str, rows: list[dict]) -> bool:
         return False
     within, item, by = rule["within"], rule["item"], rule["by"]
     values = ", ".join(f"'{v}'" for v in rule["values"])
-    same = " AND ".join(f"{{a}}.{c} IS NOT DISTINCT FROM {{b}}.{c}" for c in within)
+    same = " AND ".join(f"t.{c} IS NOT DISTINCT FROM peers.{c}" for c in within)
     mine = " AND ".join(f"{c} IS NOT DISTINCT FROM ?" for c in within)
     theirs = " AND ".join(f"p.{c} IS NOT DISTINCT FROM ?" for c in within)
     sql = f"""
@@ -133,7 +133,7 @@ def panel_implied(con, table: str, column: str, rows: list[dict]) -> bool:
         peers AS (SELECT DISTINCT p.*, m.b FROM {table} p JOIN mine m ON p.{item} = m.b AND p.{column} = m.bv
                   WHERE p.{by} = ? AND NOT ({theirs}))
         SELECT count(*) FROM (
-            SELECT peers.b FROM peers JOIN {table} t ON {same.format(a="t", b="peers")}
+            SELECT peers.b FROM peers JOIN {table} t ON {same}
             WHERE t.{item} = ? AND t.{column} IN ({values})
             GROUP BY peers.b
             HAVING count(DISTINCT t.{column}) = 1 AND count(*) >= {int(rule["support"])} AND min(t.{column}) = ?)"""

@@ -7,19 +7,15 @@ transfer's; `recorded_elsewhere`)."""
 
 from __future__ import annotations
 
-import sqlglot
-from sqlglot import expressions as exp
-
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
+from pipeline.noise.encounters import columns_read
 from pipeline.noise.evidence import candidate_keys, evidence_table, rows_by_key
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.siblings import matching_rows, record_rules, witnessed
 from pipeline.noise.slot_swap import concept_slots
 from pipeline.templates.answers import AnswerValue
-from pipeline.templates.lint import sample_slots
 from pipeline.templates.programs import load_python_program
-from pipeline.templates.render import render_sql
 from pipeline.templates.spec import AnswerType
 
 MAX_HIDDEN = 5_000  # a population question over more rows than this is not a missing-record item
@@ -61,9 +57,10 @@ class MissingRecord(NoiseSubtype):
         if not hidden or len(hidden) > MAX_HIDDEN:
             raise Rejected("too_many_candidate_rows" if hidden else "no_candidate_rows")
         key_columns = list(hidden[0])
-        if template.spec.scope.value == "patient" and witnessed(con, table, rows_by_key(con, table, hidden)):
+        rows = rows_by_key(con, table, hidden)
+        if template.spec.scope.value == "patient" and witnessed(con, table, rows):
             raise Rejected("witnessed_elsewhere")  # another table charts the same results (an ICU lab in chartevents)
-        if _recorded_elsewhere(con, table, rows_by_key(con, table, hidden), template):
+        if _recorded_elsewhere(con, table, rows, template):
             raise Rejected("recorded_elsewhere")  # blind audit 30 rebuilt 23 hidden ICU stays from their transfers
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hidden)})
         gold = load_python_program(template)
@@ -80,13 +77,11 @@ class MissingRecord(NoiseSubtype):
 def _recorded_elsewhere(con, table: str, rows: list[dict], template) -> bool:
     """Another table records every hidden row with every column of `table` the gold SQL reads (siblings.yaml
     `records` rules with `keeps`)."""
-    tree = sqlglot.parse_one(render_sql(template.gold_sql, sample_slots(template)), dialect="duckdb")
-    aliases = {t.alias_or_name for t in tree.find_all(exp.Table) if t.name == table}
-    columns = {d[0] for d in con.execute(f"SELECT * FROM {table} LIMIT 0").description}
-    named = {c.name for c in tree.find_all(exp.Column) if c.table in aliases or (not c.table and len(aliases) == 1)}
-    read = named & columns  # not a CTE's own columns
+    read = columns_read(template, table)
     for rule in record_rules(table):
-        kept = set(rule.get("keeps", [])) | set(rule["match"])
-        if kept and read <= kept | set(rule.get("keys", [])) and all(matching_rows(con, rule, row) for row in rows):
+        if "keeps" not in rule:  # the sibling records the encounter, not its columns (an admission's transfers)
+            continue
+        kept = {*rule["keeps"], *rule["match"], *rule.get("keys", [])}
+        if read <= kept and all(matching_rows(con, rule, row) for row in rows):
             return True
     return False
