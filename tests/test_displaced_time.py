@@ -10,7 +10,7 @@ from pipeline.db import scalar
 from pipeline.noise.base import Rejected, subtypes
 from pipeline.noise.encounters import ADMISSION, lead_of, outside_sql
 from pipeline.noise.overlay import overlay
-from pipeline.noise.subtypes.displaced_time import TIME_COLUMNS
+from pipeline.noise.subtypes.displaced_time import HABIT_RATE, TIME_COLUMNS, _outside_by_habit
 from pipeline.noise.verify import verify_pair
 from pipeline.templates.instantiate import instantiate
 from pipeline.templates.programs import Tables
@@ -87,3 +87,26 @@ def test_routine_early_records_are_not_flagged(source):
     early = "SELECT count(*) FROM emar e JOIN admissions a USING (hadm_id) WHERE e.charttime < a.admittime"
     flagged = f"SELECT count(*) FROM emar e WHERE {outside_sql(ADMISSION, 'e', 'charttime', False, lead_of('emar'))}"
     assert scalar(source, early) > 300 and scalar(source, flagged) == 0  # 371 eMAR rows precede admittime by < 24 h
+
+
+def test_a_table_or_record_that_dates_rows_outside_their_admissions_takes_no_displacement(source):
+    """Blind audit 32 reported a procedure moved 4 days before its admission as recorded: untouched demo procedures
+    lie weeks after discharge (4 of 722 rows beyond the one-day lead, over the habit rate). Prescriptions do so
+    rarely (10 of 18,087), but a patient whose own orders do would take no displaced order."""
+
+    def outside(table: str, time: str, as_date: bool) -> tuple[int, int, set]:
+        where = outside_sql(ADMISSION, "t", time, as_date, lead_of(table))
+        rows = source.sql(f"SELECT subject_id FROM {table} t WHERE {where}").fetchall()
+        return len(rows), scalar(source, f"SELECT count(*) FROM {table}"), {s for (s,) in rows}
+
+    found, total, _ = outside("procedures_icd", "chartdate", True)
+    assert found > total * HABIT_RATE
+    pairs, reasons = _verify(source, "procedure_first_date_in_admission", tasks=4)
+    assert not pairs and reasons["table_times_rows_outside_encounters"] > 0, reasons
+    found, total, habits = outside("prescriptions", "starttime", False)
+    assert 0 < found <= total * HABIT_RATE and habits
+    lead, others = lead_of("prescriptions"), {s for (s,) in source.sql("SELECT subject_id FROM patients").fetchall()}
+    for subject in sorted(habits):
+        reason = _outside_by_habit(source, "prescriptions", ADMISSION, "starttime", lead, {subject})
+        assert reason == "record_times_rows_outside_encounters", subject
+    assert _outside_by_habit(source, "prescriptions", ADMISSION, "starttime", lead, others - habits) is None

@@ -70,3 +70,28 @@ def test_a_unit_of_another_dimension_is_refused_with_its_reason(unit):
     expected = AnswerValue(value=140.0, unit="mg/dL", records={"charttime": "2150-01-01 10:00:00", "itemid": 1})
     reasons = answer_mismatches(expected, AnswerValue(value=140.0, unit=unit), template.spec.answer)
     assert reasons and unit in reasons[0]
+
+
+def _between(given, readings, **spec) -> bool:
+    from pipeline.templates.matching import between_readings
+    from pipeline.templates.spec import Answer
+
+    answer = Answer(**spec)
+    return between_readings(AnswerValue(value=given), [AnswerValue(value=r) for r in readings], answer)
+
+
+def test_a_careless_answer_between_two_accepted_readings_is_recognised():
+    """Blind audit 32: a population mean counting both copies, 87.18, between the one-copy readings 87.15, 87.23."""
+    number = {"type": AnswerType.number, "tolerance": 0.01}
+    assert _between(87.18, [87.2, 87.23, 87.15], **number)
+    assert _between(87.24, [87.2, 87.23, 87.15], **number)  # within the tolerance of the range
+    assert not _between(87.3, [87.2, 87.23, 87.15], **number) and not _between(87.18, [87.2], **number)
+    assert not _between(87.18, [None, 87.2], **number)  # an abstention spans no range
+    ordered = {"type": AnswerType.list, "ordered": True}
+    accepted = [["STAPH", "YEAST", "STENO"], ["YEAST", "STAPH", "STENO"], ["STAPH", "YEAST", "ENTEROBACTER"]]
+    assert _between(["yeast", "Staph", "Enterobacter"], accepted, **ordered)  # each place held by some reading
+    assert not _between(["YEAST", "ENTEROBACTER", "STAPH"], accepted, **ordered)
+    unordered = {"type": AnswerType.list}
+    assert _between(["a", "b", "d"], [["a", "b", "c"], ["a", "d"]], **unordered)
+    assert not _between(["b", "c"], [["a", "b", "c"], ["a", "d"]], **unordered)  # lacks what every reading holds
+    assert not _between(["a", "e"], [["a", "b", "c"], ["a", "d"]], **unordered)  # holds what no reading holds

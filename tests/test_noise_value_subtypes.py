@@ -96,6 +96,8 @@ def test_placeholder_value(source, pair_of):
     population = pair_of("placeholder_value", "organism_resistance_rate")  # a masked interpretation is unknown
     assert all(r["interpretation"] in placeholders()["masks"] for r in added_rows(population))
     assert_repaired(source, population, "microbiologyevents", population.patch.tables["microbiologyevents"].hide)
+    # the rest of the panel may tell a careful analyst the masked result (blind audit 33): the true rate stands too
+    assert population.clean.answer in population.accepted and population.expected not in population.accepted
     # An error text beside a number contradicts itself; on the demo every error text has a NULL number (the careless
     # reading skips it too): no population question over a measurement's number takes a placeholder.
     lab_median = TEMPLATES["lab_median_value_population"]
@@ -124,10 +126,11 @@ def test_conflicting_duplicate(source, pair_of):
     assert low <= copy["valuenum"] <= high  # a believable reading of the item, or the conflict resolves itself
     assert_patient_trap(pair)
     # A mean moves with the value read, so the conflict matters (a median or a threshold count often does not: the
-    # recovery check rejects those, `recoverable_either_value`); both rows of each conflicting measurement go.
-    population = pair_of("conflicting_duplicate", "vital_mean_of_stay_means")
+    # recovery check rejects those, `recoverable_either_value`); both rows of each conflicting measurement go. (Most
+    # vital-sign cohorts are rejected since session 17: their copies lie toward the cohort, which no analyst flags.)
+    population = pair_of("conflicting_duplicate", "mean_urine_output_first_24h_by_careunit", 8)
     originals = [{c: row[c] for c in ("stay_id", "itemid", "charttime")} for row in added_rows(population)]
-    assert_repaired(source, population, "chartevents", originals)
+    assert_repaired(source, population, "outputevents", originals)
 
 
 def test_text_and_dose_columns_outside_measurement_tables(source, pair_of):

@@ -73,7 +73,7 @@ def test_breakpoints_agree_with_interpreted_demo_rows(source):
 
 
 DEMO_PAIRS = [
-    ("displaced_time", "procedure_first_date_in_admission"),
+    ("displaced_time", "lab_first_value_within_24h"),
     ("displaced_time", "drug_given_first_24h"),
     ("orphan_reference", "icu_admission_delay_hours"),
     ("out_of_window", "admissions_count_in_window"),

@@ -73,6 +73,53 @@ def test_one_transfer_found_by_two_rules_takes_both_changes(stay_record):
     assert sorted(k["transfer_id"] for k in patch.tables["transfers"].hide) == [1, 2, 3]
 
 
+def _order_tables():
+    """Empty prescriptions, pharmacy and poe tables with the columns the order sibling rules read."""
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE prescriptions (pharmacy_id INT, poe_id TEXT, drug_type TEXT, drug TEXT, starttime TIMESTAMP, "
+        "stoptime TIMESTAMP, route TEXT)"
+    )
+    con.execute("CREATE TABLE pharmacy (pharmacy_id INT, starttime TIMESTAMP, stoptime TIMESTAMP, route TEXT)")
+    con.execute("CREATE TABLE poe (poe_id TEXT, ordertime TIMESTAMP, discontinue_of_poe_id TEXT)")
+    return con
+
+
+def test_a_conflicting_copy_of_an_order_is_added_once_beside_its_base_row():
+    """A conflicting duplicate (`replace=False`) of an order's MAIN row: its BASE row gets one copy, and the MAIN
+    row, which the order's own-table rule also finds, is not copied a second time (session 16's hand check)."""
+    con = _order_tables()
+    stop = T0 + dt.timedelta(hours=17)
+    con.execute(
+        "INSERT INTO prescriptions VALUES (9, 'p-1', 'MAIN', 'Haloperidol', ?, ?, 'IV'), "
+        "(9, 'p-1', 'BASE', 'NS', ?, ?, 'IV')",
+        [T0, stop, T0, stop],
+    )
+    main = _rows(con, "SELECT * FROM prescriptions WHERE drug_type = 'MAIN'")[0]
+    copy = {**main, "stoptime": T0 + dt.timedelta(hours=40)}
+    own = Patch(tables={"prescriptions": TablePatch(key_columns=["pharmacy_id", "drug_type", "drug"], add=[copy])})
+    added = sibling_patch(con, "prescriptions", [main], [copy], own, replace=False).tables["prescriptions"]
+    assert sorted(row["drug_type"] for row in added.add) == ["BASE", "MAIN"]
+    assert [row["stoptime"] for row in added.add] == [copy["stoptime"]] * 2 and not added.hide
+
+
+def test_a_moved_stop_time_moves_the_order_that_discontinued_it():
+    """Blind audit 33: a provider's D/C order (poe) dates an order's stop; a stop time moved alone is given away."""
+    con = _order_tables()
+    stop = T0 + dt.timedelta(hours=29)
+    con.execute("INSERT INTO prescriptions VALUES (4, 'p-4', 'MAIN', 'Acetaminophen', ?, ?, 'PO')", [T0, stop])
+    con.execute(
+        "INSERT INTO poe VALUES ('p-4', ?, NULL), ('p-5', ?, 'p-4'), ('p-6', ?, 'p-9')",
+        [T0, stop + dt.timedelta(minutes=51), stop],
+    )
+    order = _rows(con, "SELECT * FROM prescriptions")[0]
+    moved = {**order, "stoptime": stop + dt.timedelta(hours=30)}
+    own = Patch(tables={"prescriptions": TablePatch(key_columns=["pharmacy_id", "drug_type", "drug"], add=[moved])})
+    poe = sibling_patch(con, "prescriptions", [order], [moved], own).tables["poe"]
+    assert [row["poe_id"] for row in poe.add] == ["p-5"] and poe.hide == [{"poe_id": "p-5"}]
+    assert poe.add[0]["ordertime"] == stop + dt.timedelta(hours=30, minutes=51)
+
+
 def test_an_icu_dose_the_emar_charted_within_an_hour_is_witnessed():
     con = duckdb.connect()
     con.execute("CREATE TABLE d_items (itemid INT, label TEXT)")
@@ -114,10 +161,11 @@ def test_a_result_its_sample_computes_is_derivable():
     rows = {row["labevent_id"]: row for row in _rows(con, "SELECT * FROM labevents")}
     assert derivable(con, "labevents", [rows[1]])  # the whole panel (a label in another case and spacing)
     assert not derivable(con, "labevents", [rows[5]])  # its bicarbonate has no number
-    assert not derivable(con, "labevents", [rows[2]])  # sodium is measured, not computed
-    # but its gap, chloride and bicarbonate say which of two sodiums is true: no conflicting copy of it
-    assert derivable(con, "labevents", [rows[2]], any_member=True)
+    # the relation is `solvable`: its gap, chloride and bicarbonate give the sodium too (blind audit 37 rebuilt a
+    # bicarbonate so), and say which of two sodiums is true
+    assert derivable(con, "labevents", [rows[2]]) and derivable(con, "labevents", [rows[2]], any_member=True)
     assert not derivable(con, "labevents", [rows[6]], any_member=True)  # its bicarbonate has no number
+    assert not derivable(con, "labevents", [rows[6]])
 
 
 def test_a_blood_pressure_sample_settles_a_conflicting_component():
@@ -234,3 +282,40 @@ def test_an_absolute_white_cell_count_is_derivable_from_the_count_and_the_differ
     rows = {row["labevent_id"]: row for row in _rows(con, "SELECT * FROM labevents")}
     assert derivable(con, "labevents", [rows[1]])  # 15.5 K/uL x 3.7 %
     assert not derivable(con, "labevents", [rows[4]])  # no differential in its specimen
+
+
+def test_a_blood_gas_saturation_is_settled_by_its_samples_po2():
+    """Blind audit 33: an oxygen saturation copy of 89 beside 98 was settled by the same blood gas's pO2 of 254
+    (the analyser calculates the saturation from it); a saturation without a pO2 in its specimen is not."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE d_labitems (itemid INT, label TEXT)")
+    con.execute("INSERT INTO d_labitems VALUES (50817, 'Oxygen Saturation'), (50821, 'pO2'), (50820, 'pH')")
+    con.execute("CREATE TABLE labevents (labevent_id INT, specimen_id INT, itemid INT, valuenum DOUBLE)")
+    con.execute(
+        "INSERT INTO labevents VALUES (1, 10, 50817, 98), (2, 10, 50821, 254), (3, 20, 50817, 71), (4, 20, 50820, 7.3)"
+    )
+    rows = {row["labevent_id"]: row for row in _rows(con, "SELECT * FROM labevents")}
+    assert derivable(con, "labevents", [rows[1]], any_member=True)
+    assert derivable(con, "labevents", [rows[2]], any_member=True)  # and a pO2 copy beside its saturation
+    assert not derivable(con, "labevents", [rows[3]], any_member=True)  # a venous gas without a pO2
+
+
+def test_companion_rules_name_real_columns_and_their_conditions_are_rules():
+    """Blind audit 36 found a nulled susceptibility that kept its MIC of 1: an edit had moved the MIC companions
+    under `companion_when`, where nothing read them. Each section holds the shape its reader expects."""
+    from pipeline.noise.siblings import sibling_rules
+    from pipeline.source.schema import load_schema
+
+    schema, rules = load_schema(), sibling_rules()
+    for table, columns in rules["companions"].items():
+        for column, stating in columns.items():
+            assert isinstance(stating, list) and {column, *stating} <= set(schema[table].column_names), table
+    for table, columns in rules["companion_when"].items():
+        for column, rule in columns.items():
+            assert column in set().union(*rules["companions"][table].values()), (table, column)
+            assert isinstance(rule, dict) and rule["table"] in schema and rule["match"], (table, column)
+    assert rules["companions"]["microbiologyevents"]["interpretation"] == [
+        "dilution_text",
+        "dilution_comparison",
+        "dilution_value",
+    ]

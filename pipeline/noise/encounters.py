@@ -131,6 +131,7 @@ ROUTINE_LEAD_HOURS = dict.fromkeys(
         "emar",
         "prescriptions",
         "procedures_icd",
+        "procedureevents",
         "services",
         "icustays",
     ],

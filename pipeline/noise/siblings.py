@@ -27,6 +27,18 @@ def companions(table: str, column: str) -> list[str]:
     return sibling_rules()["companions"].get(table, {}).get(column, [])
 
 
+def states_too(con, table: str, companion: str, row: dict) -> bool:
+    """The companion column of `row` states the fact as well (siblings.yaml `companion_when`: a stay's last unit
+    is its first only when one transfer begins and ends the stay)."""
+    rule = sibling_rules().get("companion_when", {}).get(table, {}).get(companion)
+    return rule is None or bool(matching_rows(con, rule, row))
+
+
+def always_accepted(table: str, column: str) -> bool:
+    """The day's other records date a removed value anyway (siblings.yaml `shared` `always_accepted`)."""
+    return bool(sibling_rules().get("shared", {}).get(table, {}).get(column, {}).get("always_accepted"))
+
+
 def matching_rows(con, rule: dict, row: dict) -> list[dict]:
     """Rows of `rule['table']` that `row` finds through `rule['match']` (none when an `on` value is NULL), and
     through `rule['where']` with its `bounds` when the rule has one."""
@@ -63,6 +75,8 @@ def sibling_patch(
         target = tables.setdefault(rule["table"], TablePatch(key_columns=rule["key"]))
         mine = patched.tables.get(rule["table"])
         own = {tuple(k[c] for c in rule["key"]) for k in mine.hide} if mine else set()
+        if rule["table"] == table:  # the changed rows themselves are no siblings (a copy beside them adds them once)
+            own |= {tuple(row[c] for c in rule["key"]) for row in before}
         for old, new in zip(before, after, strict=True):
             changed = {e: s for e, s in rule["columns"].items() if old.get(e) != new.get(e)}
             for sibling in matching_rows(con, rule, old) if changed else []:
@@ -118,10 +132,16 @@ def kept_elsewhere(con, table: str, rows: list[dict], column: str | None = None,
 def panel_implied(con, table: str, column: str, rows: list[dict]) -> bool:
     """Some row's value is what its panel implies (siblings.yaml `panels`): for another result of the same panel
     (an isolate's susceptibility to another antibiotic), every other panel of the same kind (organism) with that
-    result holds one value for the row's item, in at least `support` panels."""
+    result holds one value for the row's item, in at least `support` panels; or every such panel whose row of that
+    item is shaped like this one (`shape`: its MIC given or not) does."""
     rule = sibling_rules().get("panels", {}).get(table, {}).get(column)
     if not rule:
         return False
+    shapes: tuple[list[str], ...] = ([], rule.get("shape", []))
+    return any(_panel_implied(con, table, column, rows, rule, shape) for shape in shapes)
+
+
+def _panel_implied(con, table: str, column: str, rows: list[dict], rule: dict, shape: list[str]) -> bool:
     within, item, by = rule["within"], rule["item"], rule["by"]
     values = ", ".join(f"'{v}'" for v in rule["values"])
     same = " AND ".join(f"t.{c} IS NOT DISTINCT FROM peers.{c}" for c in within)
@@ -134,14 +154,15 @@ def panel_implied(con, table: str, column: str, rows: list[dict]) -> bool:
                   WHERE p.{by} = ? AND NOT ({theirs}))
         SELECT count(*) FROM (
             SELECT peers.b FROM peers JOIN {table} t ON {same}
-            WHERE t.{item} = ? AND t.{column} IN ({values})
+            WHERE t.{item} = ? AND t.{column} IN ({values}){"".join(f" AND (t.{c} IS NULL) = ?" for c in shape)}
             GROUP BY peers.b
             HAVING count(DISTINCT t.{column}) = 1 AND count(*) >= {int(rule["support"])} AND min(t.{column}) = ?)"""
     for row in rows:
         if row[column] is None or row[item] is None:
             continue
         keys = [row[c] for c in within]
-        found = con.execute(sql, [*keys, row[item], row[by], *keys, row[item], row[column]]).fetchall()
+        nulls = [row[c] is None for c in shape]
+        found = con.execute(sql, [*keys, row[item], row[by], *keys, row[item], *nulls, row[column]]).fetchall()
         if found[0][0]:
             return True
     return False
@@ -260,14 +281,15 @@ def _label(con, dictionary: str, key: str, label: str, value) -> str | None:
 
 def derivable(con, table: str, rows: list[dict], any_member: bool = False) -> bool:
     """Some row's number can be computed from other results of its own sample (siblings.yaml derivations). With
-    `any_member` (a conflict), a row of any concept of a rule counts when its sample holds every other one: the
-    relation says which of two copies is true (a sodium beside its anion gap, a diastolic beside its mean)."""
+    `any_member` (a conflict), or for a `solvable` rule, a row of any concept of a rule counts when its sample holds
+    every other one: the relation says which of two copies is true (a diastolic beside its mean), or solves for the
+    one removed (a bicarbonate from its sodium, chloride and anion gap)."""
     for rule in sibling_rules().get("derivations", {}).get(table, []):
         dictionary, match = rule["dictionary"], _listed(rule["match"])
         members = {concept_key(n) for n in [rule["concept"], *rule["from"]]}
         for row in rows:
             own = _label(con, dictionary, "itemid", "label", row["itemid"])
-            derived = own == concept_key(rule["concept"]) or (any_member and own in members)
+            derived = own == concept_key(rule["concept"]) or ((any_member or rule.get("solvable")) and own in members)
             if not derived or any(row.get(c) is None for c in match):
                 continue
             others = con.execute(

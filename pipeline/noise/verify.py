@@ -27,7 +27,7 @@ from pipeline.templates.answers import (
     is_empty,
 )
 from pipeline.templates.instantiate import CleanTask, typed_slots
-from pipeline.templates.matching import scores_as
+from pipeline.templates.matching import between_readings, scores_as
 from pipeline.templates.programs import Tables, run_sql, tables_for
 from pipeline.templates.render import render
 from pipeline.templates.spec import AnswerType, Template
@@ -72,6 +72,13 @@ def _same(a: AnswerValue, b: AnswerValue, template: Template) -> bool:
     if is_empty(a) or is_empty(b):
         return is_empty(a) and is_empty(b)
     return answers_agree(a, b, template.spec.answer)
+
+
+def _still_answers_yes(naive: AnswerValue | None, clean: AnswerValue, template: Template) -> bool:
+    """A boolean question the careless reading of the noisy record answers yes, as the clean record does."""
+    if naive is None or template.spec.answer.type is not AnswerType.boolean or naive.value is not True:
+        return False
+    return _reads_alike(naive, clean, template)
 
 
 def _reads_alike(naive: AnswerValue, expected: AnswerValue, template: Template) -> bool:
@@ -175,6 +182,10 @@ def verify_pair(
         accepted = _accepted(con, twin, template, task.answer, expected)
     if naive is not None and any(_reads_alike(naive, other, template) for other in accepted):
         raise Rejected("naive_is_a_defensible_reading")  # the careless answer is one a careful analyst may give
+    if naive is not None and between_readings(naive, [expected, *accepted], template.spec.answer):
+        # between two answers a careful analyst may give (blind audit 32: a population mean counting both copies of
+        # its conflicting records, 87.18, between the readings keeping either copy, 87.15 and 87.23)
+        raise Rejected("naive_within_accepted_range")
     question = render(template.spec.questions[task.phrasing], {**task.slots, **twin.patch.slots}).strip()
     if len(REVEALING.findall(question)) > len(REVEALING.findall(task.question)):
         raise Rejected("question_reveals_noise")
@@ -186,6 +197,10 @@ def verify_pair(
         # the careless reading still reports the true answer, so a repair away from it punishes the truth (blind
         # audit 28: a masked susceptibility that was S, an impossible diastolic whose original was also over 110)
         raise Rejected("naive_gives_the_clean_answer")
+    if twin.contract == "abstain" and _still_answers_yes(naive, task.answer, template):
+        # every boolean question asks whether any row holds (bool_or): a yes the noisy record still shows by a row
+        # is the true answer, not a guess (blind audit 34: an R ceftriaxone result beside an added S copy)
+        raise Rejected("yes_still_recorded")
     trap = naive is not None and not is_empty(naive) and not _reads_alike(naive, expected, template)
     return NoisePair(
         pair_id=f"{task.task_id}-{subtype.name}",

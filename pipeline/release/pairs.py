@@ -92,22 +92,40 @@ def _parallel_pairs(db_path, tasks, templates, subtypes, seed, on_task, workers)
 
 
 def choose_pairs(verified: dict[str, list[NoisePair]], seed: int) -> list[NoisePair]:
-    """One pair per clean task (a clean question appears once), sub-types kept as even as the pool allows (and so
-    levels, four sub-types each): each task, in a seeded order, takes a pair of the least-chosen sub-type it has,
-    then of the least-chosen level. A trap (the careless reading answers, wrongly) counts as one pick fewer, so a
-    task prefers a pair that separates careful from careless agents over one a careless agent passes by finding
-    nothing, and sub-types stay within one pick of even."""
+    """One pair per clean task (a clean question appears once), every scope x level cell and every sub-type some
+    task verifies published, then sub-types as even as the pool allows (and so cells): each task, rarest offer
+    first, takes a pair of an empty cell (the rarest), else of a sub-type not chosen yet (the rarest), else of the
+    least-chosen sub-type, then of the least-chosen cell. A trap (the careless reading answers, wrongly) counts as
+    one pick fewer, so a task prefers a pair that separates careful from careless agents over one a careless agent
+    passes by finding nothing, and sub-types stay within one pick of even. (Blind audit 34's release had no
+    out_of_window pair, never a trap, though three tasks verified one; the test split needs every cell.)"""
     rng = np.random.default_rng(seed)
     chosen: list[NoisePair] = []
-    per_level: Counter[str] = Counter()
+    per_cell: Counter[tuple[str, str]] = Counter()
     per_subtype: Counter[str] = Counter()
+    offered = Counter(key for pairs in verified.values() for p in pairs for key in (p.subtype, _cell(p)))
     task_ids = sorted(verified)
-    for task_id in [task_ids[i] for i in rng.permutation(len(task_ids))]:
+    seeded = [task_ids[i] for i in rng.permutation(len(task_ids))]
+    rarest = lambda t: min(offered[key] for p in verified[t] for key in (p.subtype, _cell(p)))  # noqa: E731
+    for task_id in sorted(seeded, key=rarest):
         options = sorted(
-            verified[task_id], key=lambda p: (per_subtype[p.subtype] + (not p.trap), per_level[p.level], p.subtype)
+            verified[task_id],
+            key=lambda p: (
+                per_cell[_cell(p)] > 0,
+                0 if per_cell[_cell(p)] else offered[_cell(p)],  # the rarest empty cell first
+                per_subtype[p.subtype] > 0,
+                0 if per_subtype[p.subtype] else offered[p.subtype],  # the rarest sub-type not chosen yet first
+                per_subtype[p.subtype] + (not p.trap),
+                per_cell[_cell(p)],
+                p.subtype,
+            ),
         )
         pair = options[0]
         chosen.append(pair)
-        per_level[pair.level] += 1
+        per_cell[_cell(pair)] += 1
         per_subtype[pair.subtype] += 1
     return sorted(chosen, key=lambda p: p.pair_id)
+
+
+def _cell(pair: NoisePair) -> tuple[str, str]:
+    return pair.clean.scope, pair.level

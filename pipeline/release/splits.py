@@ -35,7 +35,8 @@ def _order(key: str, seed: int) -> str:
 
 
 def _hold_out_patients(pairs: list[NoisePair], per_cell: int, seed: int) -> set[int]:
-    """Patients, in a seeded order, until every patient-level cell could fill `per_cell` test pairs."""
+    """Patients, in a seeded order, until every patient-level cell could fill `per_cell` test pairs; a patient
+    with no pair of a level still short is not held out (its pairs would only be dropped)."""
     by_patient: dict[int, list[NoisePair]] = defaultdict(list)
     for pair in pairs:
         if (subject := subject_of(pair)) is not None:
@@ -43,8 +44,11 @@ def _hold_out_patients(pairs: list[NoisePair], per_cell: int, seed: int) -> set[
     held: set[int] = set()
     counts: Counter[str] = Counter()
     for subject in sorted(by_patient, key=lambda s: _order(str(s), seed)):
-        if all(counts[level] >= per_cell for level in LEVELS) or len(held) >= MAX_TEST_PATIENT_SHARE * len(by_patient):
+        short = {level for level in LEVELS if counts[level] < per_cell}
+        if not short or len(held) >= MAX_TEST_PATIENT_SHARE * len(by_patient):
             break
+        if not any(p.level in short for p in by_patient[subject]):
+            continue
         held.add(subject)
         counts.update(p.level for p in by_patient[subject])
     return held
@@ -54,9 +58,13 @@ def assign_splits(
     pairs: list[NoisePair], seed: int, test_size: int = PAPER_TEST_SIZE
 ) -> tuple[dict[str, str], SplitReport]:
     """{pair_id: "train" | "test" | "dropped"} and a report. Test takes the same number of pairs from each
-    scope x level cell (test_size / 6 when there are enough, otherwise the largest equal number)."""
+    scope x level cell (test_size / 6 when there are enough, otherwise the largest equal number). Patients are
+    held out only until their cells could match the thinnest population cell: a small build (demo34: 18 test pairs,
+    55 dropped) no longer drops most of its held-out patients' pairs."""
     target = test_size // (len(SCOPES) * len(LEVELS))
-    held = _hold_out_patients(pairs, target, seed)
+    population = Counter(p.level for p in pairs if subject_of(p) is None)
+    target = min([target] + [population[level] for level in LEVELS])  # no cell takes more than the thinnest
+    held = _hold_out_patients(pairs, target, seed)  # so no more patients are held out (their other pairs dropped)
     pools: dict[tuple[str, str], list[NoisePair]] = defaultdict(list)
     for pair in pairs:
         subject = subject_of(pair)

@@ -51,6 +51,36 @@ def answer_mismatches(expected: AnswerValue, got: AnswerValue, spec: Answer) -> 
     return reasons
 
 
+def between_readings(given: AnswerValue, readings: list[AnswerValue], spec: Answer) -> bool:
+    """`given` lies among two or more defensible `readings` (empty ones aside): a number or count inside their
+    range (within the tolerance), an ordered list each of whose places some reading of its length holds, an
+    unordered list holding what every reading holds and nothing no reading holds. A careless answer between two
+    readings a careful analyst may give is no wrong answer (blind audit 32: 87.18 between 87.15 and 87.23)."""
+    readings = [r for r in readings if not is_empty(r)]
+    if len(readings) < 2 or is_empty(given):
+        return False
+    if spec.type in (AnswerType.number, AnswerType.count):
+        value = as_number(in_expected_unit(readings[0].unit, given, spec)[0])
+        numbers = [as_number(r.value) for r in readings]
+        if value is None or None in numbers:
+            return False
+        slack = spec.tolerance + _NUMBER_EPSILON
+        return (
+            min(n for n in numbers if n is not None) - slack
+            <= value
+            <= max(n for n in numbers if n is not None) + slack
+        )
+    if spec.type is not AnswerType.list or not isinstance(given.value, list):
+        return False
+    items = [_list_item(v) for v in given.value]
+    lists = [[_list_item(v) for v in r.value] for r in readings if isinstance(r.value, list)]
+    if spec.ordered:
+        alike = [r for r in lists if len(r) == len(items)]
+        return bool(alike) and all(any(r[i] == item for r in alike) for i, item in enumerate(items))
+    held = set(items)
+    return bool(lists) and set.intersection(*map(set, lists)) <= held <= set.union(*map(set, lists))
+
+
 def in_expected_unit(unit: str | None, got: AnswerValue, spec: Answer) -> tuple[Any, str | None]:
     """The given value in the expected `unit`, or why it cannot be. No given unit takes the expected one (the
     task's answer format states it); a number in another unit of the same dimension is converted."""

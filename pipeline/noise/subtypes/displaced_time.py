@@ -8,7 +8,9 @@ not a round number of hours from the admission. Store and schedule times keep th
 duration's other end stays put when the question measures the duration (its length changes), else it moves too.
 Sibling rows keeping the time (siblings.yaml: a lab's specimen, the pharmacy row and provider order of a
 prescription) move by the same shift; a candidate whose moved sibling would end before it starts is rejected
-(`sibling_keeps_the_time`). ICU stays are not moved: the transfers and the admission fix their times.
+(`sibling_keeps_the_time`). ICU stays are not moved: the transfers and the admission fix their times. Nor is a row
+of a table, or of a patient, whose rows already lie outside their encounters (it would read as the record's habit:
+`table_times_rows_outside_encounters`, `record_times_rows_outside_encounters`).
 Patient scope: abstain (guard: an evidence row's time lies outside its encounter's window and lead), rejected
 when the question is still answered the same without the moved row, or when a first-time question has another
 qualifying row. Population scope: repair by answering over the rows inside their encounter's window and lead.
@@ -68,7 +70,13 @@ TIME_COLUMNS = {
 class DisplacedTime(NoiseSubtype):
     name = "displaced_time"
     level = "record"
-    version = 10  # 10: the answer with the moved rows at their encounter's end moves the order's other rows too
+    version = 12  # 12: ICU procedure events move (displaced_time.yaml `procedureevents`: none lies outside its stay
+    # by the routine lead on the demo), so diagnosis_procedure has displaced_time pairs; no shift is a whole number
+    # of hours on a finer grid (the tell test caught a -46 h move of a synthetic procedure)
+    # 11: not where the table or the patient's record already dates rows outside their encounters
+    # (blind audit 32: a procedure 4 days before admission read as the record's habit, untouched procedures lying
+    # weeks after discharge); a moved stop time moves the provider order that discontinued it (siblings.yaml)
+    # 10: the answer with the moved rows at their encounter's end moves the order's other rows too
     # (blind audit 30: a Bag base row left inside the first day while its Magnesium Sulfate was moved out)
     # 9: a narrower window than the encounter also accepts the answer with the moved row outside it
     # 8: not ICU stays (the transfers and the admission fix their times); the clean answer is accepted
@@ -93,6 +101,9 @@ class DisplacedTime(NoiseSubtype):
         inside = _rows_inside(con, enc, rows_by_key(con, table, keys), time)
         count = 1 if patient else min(MAX_DISPLACED, max(1, len(inside) // 2))
         chosen = [inside[i] for i in sorted(rng.choice(len(inside), count, replace=False))]
+        habit = _outside_by_habit(con, table, enc, time, lead, {row["subject_id"] for row, _, _ in chosen})
+        if habit:
+            raise Rejected(habit)  # a moved row would read as the record's habit, not as an error
         moving, step = moved_columns(table, task.gold_sql), granularity(con, table, time)
         moved = [_displace(row, moving, start, lead, step, rng) for row, start, _ in chosen]
         before = [r for r, _, _ in chosen]
@@ -134,6 +145,27 @@ class DisplacedTime(NoiseSubtype):
             accepts_clean=True,
             also_accepted=(later,) if later is not None else (),
         )
+
+
+HABIT_RATE = 1 / 1000  # a table whose rows lie outside their encounters more often dates them so by habit
+
+
+def _outside_by_habit(con, table: str, enc, time: str, lead: int, subjects: set) -> str | None:
+    """Why a row moved outside its encounter would read as the record's habit rather than an error, or None: the
+    table's own rows lie outside their encounter's window and lead more than once in a thousand
+    (`table_times_rows_outside_encounters`; demo procedures_icd: 4 of 722), or some of these patients' rows do
+    (`record_times_rows_outside_encounters`). Blind audit 32 reported a procedure moved 4 days before its admission
+    as recorded, since untouched procedures lie weeks after discharge."""
+    as_date = not load_schema()[table].column(time).ddl_type.startswith("TIMESTAMP")
+    outside, listed = outside_sql(enc, "t", time, as_date, lead), ", ".join("?" for _ in subjects)
+    sql = (
+        f"SELECT count(*) FILTER (WHERE {outside}), count(*), "
+        f"count(*) FILTER (WHERE t.subject_id IN ({listed}) AND {outside}) FROM {table} t"
+    )
+    ((anywhere, rows, theirs),) = con.execute(sql, sorted(subjects)).fetchall()
+    if anywhere > rows * HABIT_RATE:
+        return "table_times_rows_outside_encounters"
+    return "record_times_rows_outside_encounters" if theirs else None
 
 
 def moved_columns(table: str, gold_sql: str) -> list[str]:
@@ -196,6 +228,8 @@ def _displace(row: dict, columns: list[str], start, lead: int, step: dt.timedelt
         units = int(rng.integers(2 * HOUR // grid, 12 * HOUR // grid))
         target = start - dt.timedelta(hours=lead) - units * grid - grid * float(rng.random())
         target -= (target - dt.datetime.min) % grid  # on the column's own grid
+        if grid < HOUR and (target - main) % HOUR == dt.timedelta(0):
+            target -= grid  # nor a whole number of hours from where it was (1 draw in 60 on a minute grid)
         shift = target - main
     else:
         shift = dt.timedelta(days=(start.date() - main).days - lead // 24 - int(rng.integers(1, 4)))

@@ -45,7 +45,11 @@ def impossible_expr(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) 
 class ImplausibleValue(NoiseSubtype):
     name = "implausible_value"
     level = "value"
-    version = 6  # 6: where the answer summarises readings (a maximum), leaving the impossible one out is
+    version = 8  # 8: nor any member of a `solvable` relation beside the others (siblings.yaml derivations: blind
+    # audit 37 rebuilt an impossible bicarbonate as 25 from its sample's sodium, chloride and anion gap)
+    # 7: not a blood gas's oxygen saturation its pO2 computes, nor that pO2 (siblings.yaml
+    # derivations: blind audit 33)
+    # 6: where the answer summarises readings (a maximum), leaving the impossible one out is
     # accepted beside abstaining (blind audits 24 and 25 read the stay's highest valid heart rate)
     # 5: a lab's flag marks the impossible number abnormal (measurements.yaml `flag`: blind audit 24)
     # 4: 3-10x the upper bound, never a decimal slip of the true value (undone by blind audits 16-18);

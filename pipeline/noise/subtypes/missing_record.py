@@ -31,7 +31,9 @@ ANSWERED_BY_ABSENCE = (AnswerType.count, AnswerType.boolean, AnswerType.list)
 class MissingRecord(NoiseSubtype):
     name = "missing_record"
     level = "record"
-    version = 5  # 5: not encounters another table keeps whole for the question (an ICU stay's transfer)
+    version = 6  # 6: nor prescriptions whose pharmacy rows keep what the question reads (siblings.yaml `records`:
+    # blind audit 35 read a Clopidogrel route share off the pharmacy rows of its 23 hidden prescriptions)
+    # 5: not encounters another table keeps whole for the question (an ICU stay's transfer)
     # 2: rejected when the noisy data still answers the clean question; 3: zero, no, none are answers
     # 4: not where another table charts the same results (siblings.yaml witnesses: an ICU lab in chartevents)
     noisy_data_unanswerable = True

@@ -1,6 +1,7 @@
 """null_value (value level): the value the answer rests on becomes NULL; abstain.
 
-A measurement loses its number (its text, and its unit where the table's numberless rows carry none); a record
+A measurement loses its number (its text, and each nulled column's unit where that column's numberless rows carry
+none: an infusion's amountuom, rateuom, totalamountuom); a record
 of another table (an admission, an order, a culture) loses the value column its question reads (`values` in
 duplicates.yaml: discharge location, route, ...).
 The same fact kept elsewhere (siblings.yaml) goes with it, or a careful analyst would read it there: a lab's
@@ -20,7 +21,8 @@ from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.measurements import measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import read_value_column
-from pipeline.noise.siblings import companions, kept_elsewhere, shared_value, sibling_patch
+from pipeline.noise.siblings import always_accepted, companions, kept_elsewhere, shared_value, sibling_patch
+from pipeline.source.schema import load_schema
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
 
@@ -30,7 +32,15 @@ class NullValue(NoiseSubtype):
     name = "null_value"
     level = "value"
     requires = "a patient-level template (a population answer over many rows survives one NULL)"
-    version = 11  # 11: the unit goes NULL with the number where the table's rows without a number never carry
+    version = 13  # 13: a nulled procedure date is accepted beside abstaining wherever it is nulled (siblings.yaml
+    # `always_accepted`: blind audit 35 dated a chest drain by the day's pleural fluid results and chest-tube order);
+    # nor any member of a `solvable` relation beside the others (blind audit 37: a bicarbonate beside its anion gap)
+    # 12: a companion's unit goes NULL with it where that column's numberless rows never carry one
+    # (blind audit 32: a nulled infusion kept rateuom 'mL/hour' and totalamountuom 'ml', a pairing no real row has);
+    # nor a susceptibility its panel implies by the row's shape (siblings.yaml `panels` `shape`); nor a stop time a
+    # provider's discontinue order dates (siblings.yaml `implied`: blind audit 33), nor a blood gas's oxygen
+    # saturation its pO2 computes (derivations)
+    # 11: the unit goes NULL with the number where the table's rows without a number never carry
     # one (blind audit 28: 148 nulled diastolics still in mmHg were the only such chart rows); not a stop time the
     # admission's other orders discontinued at discharge share (siblings.yaml `implied`: blind audit 28)
     # 10: not a route the order's pharmacy type implies (siblings.yaml `implied`); a value every other
@@ -61,8 +71,10 @@ class NullValue(NoiseSubtype):
         if shared and any(row[number] != value for row in rows):
             raise Rejected("siblings_suggest_another")
         stating = [*companions(table, number), *([facts.text] if facts and facts.text else [])]
-        if facts and facts.unit and not unit_without_number(con, table, number, facts.unit):
-            stating.append(facts.unit)  # a unit beside no number would be the only one of its table
+        # a unit beside no number would be the only one of its column (blind audit 32: nulled rates still in mL/hour)
+        stating += [
+            u for c, u in units_of(table, [number, *stating]).items() if not unit_without_number(con, table, c, u)
+        ]
         blank = dict.fromkeys([number, *stating])
         blanked = [{**row, **blank} for row in rows]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=keys, add=blanked)})
@@ -77,11 +89,21 @@ class NullValue(NoiseSubtype):
             ),
             reference_python=guarded_python(template, gold, table, keys, lambda ev: ev[number].is_null().any()),
             inspect={"table": table, "filter": task.slots},
-            also_accepted=(task.answer,) if shared else (),
+            also_accepted=(task.answer,) if shared or always_accepted(table, number) else (),
         )
 
 
+def units_of(table: str, columns: list[str]) -> dict[str, str]:
+    """The unit column of each of `columns` that has one: the measurement's declared unit (measurements.yaml), else
+    the MIMIC-IV `<column>uom` beside it (an infusion's rateuom, totalamountuom)."""
+    facts, names = measurement_tables().get(table), load_schema()[table].column_names
+    units = {facts.number: facts.unit} if facts and facts.unit else {}
+    return {c: units.get(c, f"{c}uom") for c in columns if c in units or f"{c}uom" in names}
+
+
 def unit_without_number(con, table: str, number: str, unit: str) -> bool:
-    """Some row of the source table carries a unit but no number (demo labs: 4,218 of 9,588; charts: none)."""
-    sql = f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {number} IS NULL AND {unit} IS NOT NULL LIMIT 1)"
-    return con.execute(sql).fetchall()[0][0] > 0
+    """Rows of the source table without a number carry a unit often enough (1 in 100) for another to pass unseen
+    (demo labs: 4,218 of 9,588; infusion totals: 2 of 3,314; charts: none)."""
+    sql = f"SELECT count(*) FILTER (WHERE {unit} IS NOT NULL), count(*) FROM {table} WHERE {number} IS NULL"
+    ((with_unit, numberless),) = con.execute(sql).fetchall()
+    return with_unit * 100 >= numberless > 0

@@ -64,7 +64,11 @@ class PlaceholderValue(NoiseSubtype):
     # 4: columns of the same row stating the same fact go NULL with the mask (siblings.yaml companions: a masked
     #    interpretation loses its MIC, a masked first care unit its last; a blind audit read the MIC)
     # 5: the order's other prescription rows (a diluent beside its drug) are masked alike (blind audit 16)
-    version = 8  # 8: a population mask touches less than a third of the cohort's rows (`cohort_mostly_changed`);
+    version = 10  # 10: nor any member of a `solvable` relation beside the others (siblings.yaml derivations)
+    # 9: nor one its isolate's panel implies by the row's shape (siblings.yaml `panels` `shape`: blind
+    # audit 32 read a masked clindamycin without an MIC, beside erythromycin R, as R); a population mask accepts the
+    # clean answer beside the repair (blind audit 33)
+    # 8: a population mask touches less than a third of the cohort's rows (`cohort_mostly_changed`);
     # not a susceptibility its isolate's other results imply (siblings.yaml `panels`: blind audits 28
     # and 30); not a stop time the admission's other orders discontinued at discharge share (`implied`)
     # 7: not a route the order's pharmacy type implies (siblings.yaml `implied`: blind audit 24)
@@ -104,4 +108,8 @@ class PlaceholderValue(NoiseSubtype):
         kept_elsewhere(con, ev.table, chosen, text)  # an ICU lab's chartevents copy, a sample that computes it
         masked = [{**row, text: str(rng.choice(texts)), **blank} for row in chosen]
         patch = sibling_patch(con, ev.table, chosen, masked, alteration(ev, chosen, masked))  # pharmacy keeps the route
-        return scoped_twin(task, template, ev, patch, rule)
+        twin = scoped_twin(task, template, ev, patch, rule)
+        # a careful analyst may read a masked result off the rest of its panel, so the true rate stands beside the
+        # repair (blind audit 33: a masked ampicillin/sulbactam R of a multi-resistant Klebsiella read as R)
+        twin.accepts_clean = not patient
+        return twin
