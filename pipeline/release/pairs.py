@@ -93,8 +93,8 @@ def _parallel_pairs(db_path, tasks, templates, subtypes, seed, on_task, workers)
 
 def choose_pairs(verified: dict[str, list[NoisePair]], seed: int) -> list[NoisePair]:
     """One pair per clean task (a clean question appears once), every scope x level cell and every sub-type some
-    task verifies published, then sub-types as even as the pool allows (and so cells): each task, rarest offer
-    first, takes a pair of an empty cell (the rarest), else of a sub-type not chosen yet (the rarest), else of the
+    task verifies published, then sub-types as even as the pool allows (and so cells): each task, in a seeded order,
+    takes a pair of an empty cell (the rarest), else of a sub-type not chosen yet (the rarest), else of the
     least-chosen sub-type, then of the least-chosen cell. A trap (the careless reading answers, wrongly) counts as
     one pick fewer, so a task prefers a pair that separates careful from careless agents over one a careless agent
     passes by finding nothing, and sub-types stay within one pick of even. (Blind audit 34's release had no
@@ -105,9 +105,7 @@ def choose_pairs(verified: dict[str, list[NoisePair]], seed: int) -> list[NoiseP
     per_subtype: Counter[str] = Counter()
     offered = Counter(key for pairs in verified.values() for p in pairs for key in (p.subtype, _cell(p)))
     task_ids = sorted(verified)
-    seeded = [task_ids[i] for i in rng.permutation(len(task_ids))]
-    rarest = lambda t: min(offered[key] for p in verified[t] for key in (p.subtype, _cell(p)))  # noqa: E731
-    for task_id in sorted(seeded, key=rarest):
+    for task_id in [task_ids[i] for i in rng.permutation(len(task_ids))]:
         options = sorted(
             verified[task_id],
             key=lambda p: (
