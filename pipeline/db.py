@@ -25,3 +25,8 @@ def open_source(path: str | Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(str(path), read_only=True)
     con.execute("SET enable_progress_bar = false")  # a session option: it cannot go into connect's config
     return con
+
+
+def database_path(con: duckdb.DuckDBPyConnection) -> str:
+    """The file of the connection's current database."""
+    return con.sql("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()[0][0]

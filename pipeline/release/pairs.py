@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 import duckdb
 import numpy as np
 
-from pipeline.db import open_source
+from pipeline.db import database_path, open_source
 from pipeline.noise.base import NoiseSubtype, Rejected
 from pipeline.noise.verify import NoisePair, impossible_evidence, verify_pair
 from pipeline.templates.instantiate import CleanTask
@@ -57,10 +57,6 @@ def candidate_pairs(
 
 CHUNK = 8  # tasks per unit of parallel work (small enough to balance two workers, large enough to amortise)
 _worker: dict = {}
-
-
-def database_path(con: duckdb.DuckDBPyConnection) -> str:
-    return con.sql("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()[0][0]
 
 
 def _start_worker(db_path: str, templates: dict[str, Template], subtypes: dict[str, NoiseSubtype], seed: int) -> None:

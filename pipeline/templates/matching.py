@@ -61,15 +61,11 @@ def between_readings(given: AnswerValue, readings: list[AnswerValue], spec: Answ
         return False
     if spec.type in (AnswerType.number, AnswerType.count):
         value = as_number(in_expected_unit(readings[0].unit, given, spec)[0])
-        numbers = [as_number(r.value) for r in readings]
-        if value is None or None in numbers:
+        numbers = [n for n in (as_number(r.value) for r in readings) if n is not None]
+        if value is None or len(numbers) < len(readings):
             return False
         slack = spec.tolerance + _NUMBER_EPSILON
-        return (
-            min(n for n in numbers if n is not None) - slack
-            <= value
-            <= max(n for n in numbers if n is not None) + slack
-        )
+        return min(numbers) - slack <= value <= max(numbers) + slack
     if spec.type is not AnswerType.list or not isinstance(given.value, list):
         return False
     items = [_list_item(v) for v in given.value]

@@ -30,6 +30,7 @@ from importlib import resources
 import sqlglot
 import yaml
 
+from pipeline.db import database_path, scalar
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
 from pipeline.noise.encounters import (
     lead_of,
@@ -148,6 +149,7 @@ class DisplacedTime(NoiseSubtype):
 
 
 HABIT_RATE = 1 / 1000  # a table whose rows lie outside their encounters more often dates them so by habit
+_TABLE_HABIT: dict[tuple, bool] = {}  # (database file, table, encounter, time, lead): dated outside by habit
 
 
 def _outside_by_habit(con, table: str, enc, time: str, lead: int, subjects: set) -> str | None:
@@ -157,15 +159,20 @@ def _outside_by_habit(con, table: str, enc, time: str, lead: int, subjects: set)
     (`record_times_rows_outside_encounters`). Blind audit 32 reported a procedure moved 4 days before its admission
     as recorded, since untouched procedures lie weeks after discharge."""
     as_date = not load_schema()[table].column(time).ddl_type.startswith("TIMESTAMP")
-    outside, listed = outside_sql(enc, "t", time, as_date, lead), ", ".join("?" for _ in subjects)
-    sql = (
-        f"SELECT count(*) FILTER (WHERE {outside}), count(*), "
-        f"count(*) FILTER (WHERE t.subject_id IN ({listed}) AND {outside}) FROM {table} t"
-    )
-    ((anywhere, rows, theirs),) = con.execute(sql, sorted(subjects)).fetchall()
-    if anywhere > rows * HABIT_RATE:
+    outside = outside_sql(enc, "t", time, as_date, lead)
+    key = (database_path(con), table, enc.table, time, lead)  # an in-memory database (no file) is never cached
+    habit = _TABLE_HABIT.get(key)
+    if habit is None:  # a property of the source table: one scan per build process, not per candidate
+        sql = f"SELECT count(*) FILTER (WHERE {outside}), count(*) FROM {table} t"
+        ((anywhere, rows),) = con.execute(sql).fetchall()
+        habit = anywhere > rows * HABIT_RATE
+        if key[0]:
+            _TABLE_HABIT[key] = habit
+    if habit:
         return "table_times_rows_outside_encounters"
-    return "record_times_rows_outside_encounters" if theirs else None
+    listed = ", ".join("?" for _ in subjects)
+    sql = f"SELECT count(*) FROM {table} t WHERE t.subject_id IN ({listed}) AND {outside}"
+    return "record_times_rows_outside_encounters" if scalar(con, sql, sorted(subjects)) else None
 
 
 def moved_columns(table: str, gold_sql: str) -> list[str]:
