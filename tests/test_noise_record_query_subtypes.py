@@ -78,7 +78,14 @@ def test_orphan_reference_needs_the_encounter_row(source):
 def test_displaced_time(source):
     for pair in _pairs(source, "lab_first_value_within_24h", "displaced_time"):
         hidden = {"labevent_id": pair.clean.evidence[0]["labevent_id"]}  # the answer's lab (its specimen moves along)
-        (moved,) = [r for r in pair.patch.tables["labevents"].add if r["labevent_id"] == hidden["labevent_id"]]
+        assert hidden in pair.patch.tables["labevents"].hide
+        specimen, item = source.execute(
+            "SELECT specimen_id, itemid FROM labevents WHERE labevent_id = ?", [hidden["labevent_id"]]
+        ).fetchall()[0]
+        # it comes back with the id its new time gives it among the patient's labs (id_order.py)
+        (moved,) = [
+            r for r in pair.patch.tables["labevents"].add if (r["specimen_id"], r["itemid"]) == (specimen, item)
+        ]
         admittime, dischtime = source.execute(
             "SELECT admittime, dischtime FROM admissions WHERE hadm_id = ?", [moved["hadm_id"]]
         ).fetchall()[0]
@@ -171,3 +178,36 @@ def test_nonexistent_entity_on_dense_synthetic_identifiers(synthetic_1000):
         assert len(str(value)) == len(str(largest)) and pair.expected.value is None
     finally:
         con.close()
+
+
+def test_a_missing_stretch_runs_past_the_questions_window(source):
+    """missing_record hides a measurement's rows 2-12 h beyond the asked ones on each side (same patient and item),
+    so the gap does not start and stop where the question's window does (blind audit 38)."""
+    from pipeline.noise.subtypes.missing_record import _beyond_the_window
+
+    subject, stay = source.execute(
+        "SELECT subject_id, stay_id FROM chartevents WHERE itemid = 220045 GROUP BY ALL ORDER BY count(*) DESC LIMIT 1"
+    ).fetchall()[0]
+    series = (
+        source.sql(f"SELECT * FROM chartevents WHERE stay_id = {stay} AND itemid = 220045 ORDER BY charttime")
+        .pl()
+        .to_dicts()
+    )
+    asked = series[len(series) // 2 : len(series) // 2 + 6]  # six heart rates in the middle of the stay
+    keys = ["stay_id", "itemid", "charttime"]
+    beyond = _beyond_the_window(source, "chartevents", asked, keys, np.random.default_rng(4))
+    first, last = asked[0]["charttime"], asked[-1]["charttime"]
+    assert beyond, "an hourly series has rows within 2 h of any stretch"
+    assert {(k["stay_id"], k["itemid"]) for k in beyond} <= {(stay, 220045)} | {
+        (s, 220045)
+        for (s,) in source.execute("SELECT stay_id FROM icustays WHERE subject_id = ?", [subject]).fetchall()
+    }
+    for key in beyond:
+        assert key not in [{c: row[c] for c in keys} for row in asked]
+        at = key["charttime"]
+        assert first - dt.timedelta(hours=12) <= at < first or last < at <= last + dt.timedelta(hours=12)
+    before = [k for k in beyond if k["charttime"] < first]
+    after = [k for k in beyond if k["charttime"] > last]
+    assert before and after  # both edges of the gap move away from the window's
+    assert beyond == _beyond_the_window(source, "chartevents", asked, keys, np.random.default_rng(4))
+    assert _beyond_the_window(source, "admissions", [{"hadm_id": 1, "subject_id": 1}], ["hadm_id"], None) == []

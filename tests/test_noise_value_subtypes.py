@@ -114,8 +114,10 @@ def test_conflicting_duplicate(source, pair_of):
     pair = pair_of("conflicting_duplicate", "lab_last_value_in_admission")
     (copy,) = added_rows(pair)
     (original,) = pair.clean.evidence
-    assert scalar(source, "SELECT count(*) FROM labevents WHERE labevent_id = ?", [copy["labevent_id"]]) == 0
+    # the copy is numbered beside its original, the rows after (or before) it making room (id_order.py)
+    assert abs(copy["labevent_id"] - original["labevent_id"]) == 1
     with overlay(source, pair.patch):
+        assert scalar(source, "SELECT count(*) FROM labevents WHERE labevent_id = ?", [copy["labevent_id"]]) == 1
         values = source.sql(
             "SELECT DISTINCT l.valuenum FROM labevents l "
             "JOIN labevents o USING (subject_id, specimen_id, itemid, charttime) "
@@ -233,3 +235,31 @@ def test_an_impossible_value_is_no_decimal_slip_of_the_true_one(synthetic_source
             assert all(precision.number_of(row["valuenum"] / f) != precision.number_of(true) for f in (10, 100, 1000))
             changed += 1
     assert changed, "no implausible pair verified on the synthetic source"
+
+
+def test_a_dose_copy_takes_the_dispensed_amount_of_its_dose(source):
+    """A prescription's conflicting dose comes with the form amount, unit and dose unit that real orders of its
+    product at that dose carry (blind audit 41 settled an 80 UNIT insulin copy by the 0.015 VIAL it kept)."""
+    from pipeline.noise.subtypes.conflicting_duplicate import followers, record_of
+
+    record = record_of("prescriptions", "SELECT dose_val_rx FROM prescriptions")
+    assert record is not None and record.value == "dose_val_rx"
+    product, dose, other = source.execute(
+        "SELECT formulary_drug_cd, min(dose_val_rx), max(dose_val_rx) FROM prescriptions "
+        "WHERE form_val_disp IS NOT NULL GROUP BY 1 HAVING count(DISTINCT dose_val_rx) > 1 ORDER BY count(*) DESC LIMIT 1"
+    ).fetchall()[0]
+    row = (
+        source.sql(
+            f"SELECT * FROM prescriptions WHERE formulary_drug_cd = '{product}' AND dose_val_rx = '{dose}' LIMIT 1"
+        )
+        .pl()
+        .to_dicts()[0]
+    )
+    changed = followers(source, record, row, other)
+    usual = source.execute(
+        "SELECT dose_unit_rx, form_val_disp, form_unit_disp FROM prescriptions WHERE formulary_drug_cd = ? "
+        "AND dose_val_rx = ? GROUP BY ALL ORDER BY count(*) DESC, dose_unit_rx, form_val_disp, form_unit_disp LIMIT 1",
+        [product, other],
+    ).fetchall()[0]
+    assert (changed["dose_unit_rx"], changed["form_val_disp"], changed["form_unit_disp"]) == usual
+    assert changed["form_val_disp"] != row["form_val_disp"] or usual[1] == row["form_val_disp"]

@@ -47,6 +47,7 @@ class NoisyTwin:
     readings: tuple[str, ...] = ()
     accepts_clean: bool = False
     also_accepted: tuple[AnswerValue, ...] = ()  # further answers computed by the sub-type
+    answer_unit: str | None = None  # the unit the noisy question's answer comes in, where it names another concept
 
 
 class NoiseSubtype(ABC):

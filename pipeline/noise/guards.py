@@ -20,7 +20,17 @@ AbstainRule = Callable[[pl.DataFrame], bool]
 
 
 def _key_match_sql(keys: list[dict[str, Any]]) -> str:
+    """The rows with one of the keys; a key with a NULL part (a culture without an organism) matches null-safe."""
     columns = list(keys[0])
+    if any(row[c] is None for row in keys for c in columns):
+        return (
+            "("
+            + " OR ".join(
+                "(" + " AND ".join(f"{c} IS NOT DISTINCT FROM {sql_literal(row[c])}" for c in columns) + ")"
+                for row in keys
+            )
+            + ")"
+        )
     tuples = ", ".join("(" + ", ".join(sql_literal(row[c]) for c in columns) + ")" for row in keys)
     return f"({', '.join(columns)}) IN ({tuples})"
 
@@ -61,7 +71,7 @@ def guarded_python(template: Template, gold, table: str, keys: list[dict[str, An
 
     def reference(tables, slots):
         frame = tables[table]
-        evidence = frame.join(keys_frame(keys, frame.collect_schema()), on=on, how="semi").collect()
+        evidence = frame.join(keys_frame(keys, frame.collect_schema()), on=on, how="semi", nulls_equal=True).collect()
         if abstain(evidence):
             return pl.DataFrame({c: [] for c in ["value", *records]})
         return gold(tables, slots)

@@ -62,7 +62,26 @@ def _apply_patch(con: duckdb.DuckDBPyConnection, source: str, table: str, patch:
             [[row.get(c) for c in columns] + [n + 1] for n, row in enumerate(patch.add)],
         )
         _place_added(con, source, rows, table)
+    for column, moves in patch.renumber.items():
+        _renumber(con, source, table, column, moves)
     con.execute(f"CREATE OR REPLACE TEMP VIEW __add_{table} AS SELECT * FROM temp.main.{rows} WHERE __sub > 0")
+
+
+def _renumber(con: duckdb.DuckDBPyConnection, source: str, table: str, column: str, moves: dict[int, int]) -> None:
+    """Source rows whose id the patch only changes: hidden at their position and shown again there with the new
+    id (sub-positions below the sentinel's, so `__add_<table>` leaves them out: they are no noise rows)."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE __moves_{table} (old BIGINT, new BIGINT)")
+    con.executemany(f"INSERT INTO __moves_{table} VALUES (?, ?)", sorted(moves.items()))
+    con.execute(
+        f"INSERT INTO temp.main.__gone_{table} SELECT t.rowid, 0 FROM {source} t "
+        f"SEMI JOIN temp.main.__moves_{table} m ON t.{column} = m.old"
+    )
+    con.execute(
+        f"INSERT INTO temp.main.__rows_{table} SELECT t.* REPLACE (m.new AS {column}), t.rowid, "
+        f"-1 - row_number() OVER (ORDER BY t.rowid) FROM {source} t JOIN temp.main.__moves_{table} m "
+        f"ON t.{column} = m.old"
+    )
+    con.execute(f"DROP TABLE temp.main.__moves_{table}")
 
 
 def _noop_overlay_sql(source: str, table: str) -> str:
@@ -129,7 +148,8 @@ def overlay(
 
 
 def overlay_diff(con: duckdb.DuckDBPyConnection, table: str, patch: TablePatch) -> tuple[int, int]:
-    """(source rows missing from the overlay, overlay rows missing from the source) for a table.
+    """(source rows missing from the overlay, overlay rows missing from the source) for a table; a renumbered row
+    counts on both sides.
 
     Rows outside the patch's keys are the source's by construction of the view (tests check the whole-table
     identity), so the multiset difference is computed on the keyed rows only: the cost follows the patch.
@@ -138,6 +158,7 @@ def overlay_diff(con: duckdb.DuckDBPyConnection, table: str, patch: TablePatch) 
 
     source = f'"{source_catalog(con)}".main.{table}'
     keys = [*patch.hide, *({c: row[c] for c in patch.key_columns} for row in patch.add)]
+    keys += [{column: i} for column, moves in patch.renumber.items() for move in moves.items() for i in move]
     with keyed_rows(con, source, keys) as rows:
         keyed_source, keyed_overlay = rows(source), rows(table)
         removed = scalar(con, f"SELECT count(*) FROM ({keyed_source} EXCEPT ALL {keyed_overlay})")
@@ -154,6 +175,8 @@ def polars_overlay(tables, patch: Patch):
     for table in patch.touched_tables:
         frame, table_patch = tables[table].with_row_index("__pos"), patch.tables[table]
         schema = tables[table].collect_schema()
+        for column, moves in table_patch.renumber.items():  # renumbered source rows keep their place
+            frame = frame.with_columns(pl.col(column).replace(list(moves), list(moves.values())))
         if table_patch.hide:
             hidden = keys_frame(table_patch.hide, schema).collect()
             frame = frame.join(hidden.lazy(), on=table_patch.key_columns, how="anti", nulls_equal=True)

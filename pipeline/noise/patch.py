@@ -14,6 +14,9 @@ class TablePatch(BaseModel):
     key_columns: list[str]
     hide: list[dict[str, Any]] = []  # key values of source rows to hide (each dict has exactly key_columns)
     add: list[dict[str, Any]] = []  # complete rows to add (every column of the table)
+    # {id column: {old id: new id}}: source rows the patch only renumbers, so that ids keep following time where
+    # the record numbers them so (id_order.py: an added or moved lab takes the id its time gives it)
+    renumber: dict[str, dict[int, int]] = {}
 
     @model_validator(mode="after")
     def _keys_match(self) -> TablePatch:
@@ -24,7 +27,11 @@ class TablePatch(BaseModel):
 
     @property
     def empty(self) -> bool:
-        return not self.hide and not self.add
+        return not self.hide and not self.add and not self.renumber
+
+    @property
+    def renumbered(self) -> int:
+        return sum(len(moves) for moves in self.renumber.values())
 
 
 class Patch(BaseModel):
@@ -40,5 +47,5 @@ class Patch(BaseModel):
 
     @property
     def size(self) -> int:
-        """Rows hidden plus rows added: the cost of the overlay is proportional to this."""
-        return sum(len(p.hide) + len(p.add) for p in self.tables.values())
+        """Rows hidden, added and renumbered: the cost of the overlay is proportional to this."""
+        return sum(len(p.hide) + len(p.add) + p.renumbered for p in self.tables.values())

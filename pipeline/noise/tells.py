@@ -1,5 +1,5 @@
 """Tells: simple statistics by which a patch's rows stand out from the record's own (precision, id
-position, time offsets, sex fit of codes, row order). `patch_tells` lists every tell of a patch; a patch an
+position and order, time offsets, sex fit of codes, row order). `patch_tells` lists every tell of a patch; a patch an
 analyst can only find by reasoning has none.
 """
 
@@ -10,6 +10,7 @@ import datetime as dt
 from pipeline.db import scalar
 from pipeline.noise.code_fit import fits, sex_ranges
 from pipeline.noise.fresh_ids import is_blocked
+from pipeline.noise.id_order import ID_ORDER
 from pipeline.noise.measurements import item_precision, measurement_tables
 from pipeline.noise.overlay import overlay, source_catalog
 from pipeline.noise.patch import Patch
@@ -65,32 +66,30 @@ def _shown(text: str) -> int:
 
 
 def id_tells(con, source: str, table: str, rows: list[dict]) -> list[str]:
-    """New ids (no source row holds them) inside the column's range; beside the patient's block for a blocked
-    column, no closer to a used id than real ids are to each other for a scattered one."""
+    """New ids (no source row holds them) inside the column's range; for a blocked column, no farther from the
+    patient's other ids in `table` (the overlay) than real ids of one patient are; for a scattered one, no closer
+    to a used id than real ids are to each other."""
     found, columns = [], [c for c in ID_COLUMNS if rows and c in rows[0]]
     for column in columns:
         for row in rows:
             value = row[column]
             if value is None or scalar(con, f"SELECT count(*) FROM {source} WHERE {column} = ?", [value]):
                 continue
-            found += _one_id_tells(con, source, column, value, row.get("subject_id"))
+            found += _one_id_tells(con, source, table, column, value, row.get("subject_id"))
     return found
 
 
-def _one_id_tells(con, source: str, column: str, value: int, subject_id) -> list[str]:
+def _one_id_tells(con, source: str, table: str, column: str, value: int, subject_id) -> list[str]:
     low, high = con.execute(f"SELECT min({column}), max({column}) FROM {source}").fetchall()[0]
     if not low <= value <= high:
         return [f"{source}.{column} {value} outside the real range {low}..{high}"]
     if subject_id is not None and is_blocked(con, source, column):
-        block = con.execute(
-            f"SELECT min({column}), max({column}) FROM {source} WHERE subject_id = ?", [subject_id]
-        ).fetchall()[0]
-        gap = max(block[0] - value, value - block[1], 0) if block[0] is not None else None
-        widest = scalar(
+        gap = scalar(
             con,
-            f"SELECT max(d) FROM (SELECT {column} - lag({column}) OVER (PARTITION BY subject_id "
-            f"ORDER BY {column}) d FROM {source})",
+            f"SELECT min(abs({column} - ?)) FROM {table} WHERE subject_id = ? AND {column} <> ?",
+            [value, subject_id, value],
         )
+        widest = _widest_block_gap(con, source, column)
         return (
             []
             if gap is not None and gap <= widest
@@ -106,6 +105,16 @@ def _one_id_tells(con, source: str, column: str, value: int, subject_id) -> list
         []
         if nearest >= typical / 2
         else [f"{source}.{column} {value} is {nearest} from a used id (real: >= {typical})"]
+    )
+
+
+def _widest_block_gap(con, relation: str, column: str, subject_id=None) -> int:
+    """The widest step between successive ids of one patient (of the given one, else of any)."""
+    where = "" if subject_id is None else f" WHERE subject_id = {int(subject_id)}"
+    return scalar(
+        con,
+        f"SELECT coalesce(max(d), 1) FROM (SELECT {column} - lag({column}) OVER (PARTITION BY subject_id "
+        f"ORDER BY {column}) d FROM {relation}{where})",
     )
 
 
@@ -171,6 +180,49 @@ def order_tells(con, source: str, table: str, view: str | None = None) -> list[s
     return found
 
 
+def id_order_tells(con, source: str, table: str, view: str | None = None) -> list[str]:
+    """Under an active overlay, for a table numbered in time order (id_order.py): a patient with added or hidden
+    rows whose ids go back in time more often in the overlay than in the source, repeat, or skip more ids than
+    real blocks do (a hidden row's hole)."""
+    order = ID_ORDER.get(table)
+    if order is None:
+        return []
+    view, found = view or table, []
+    time, column = f"coalesce({', '.join(order.times)})", order.column
+    touched = (
+        f"SELECT subject_id FROM temp.main.__add_{table} UNION SELECT s.subject_id FROM {source} s "
+        f"WHERE s.rowid IN (SELECT __pos FROM temp.main.__gone_{table} WHERE __sub = 0) ORDER BY 1"
+    )
+    for (subject,) in con.execute(touched).fetchall():
+        (source_back, _, source_skips), (back, repeated, skips) = (
+            _id_steps(con, relation, column, time, subject) for relation in (source, view)
+        )
+        if repeated:
+            found.append(f"{table}: patient {subject} has {repeated} repeated {column}s")
+        if back > source_back:
+            found.append(
+                f"{table}: patient {subject}'s {column}s go back in time {back} times ({source_back} in the source)"
+            )
+        if skips > source_skips:
+            found.append(
+                f"{table}: patient {subject}'s {column}s skip ids {skips} times ({source_skips} in the source)"
+            )
+        widest, gap = _widest_block_gap(con, source, column), _widest_block_gap(con, view, column, subject)
+        if gap > widest:
+            found.append(f"{table}: patient {subject}'s {column}s skip {gap} (real blocks at most {widest})")
+    return found
+
+
+def _id_steps(con, relation: str, column: str, time: str, subject) -> tuple[int, int, int]:
+    """(successive ids of the patient that go back in time, ids held twice, steps over unused ids) in the relation."""
+    return con.execute(
+        f"SELECT count(*) FILTER (WHERE d < INTERVAL 0 SECOND), count(*) - count(DISTINCT {column}), "
+        f"count(*) FILTER (WHERE step > 1) FROM (SELECT {column}, {time} - lag({time}) OVER (ORDER BY {column}) d, "
+        f"{column} - lag({column}) OVER (ORDER BY {column}) step FROM {relation} WHERE subject_id = ?)",
+        [subject],
+    ).fetchall()[0]
+
+
 def patch_tells(con, patch: Patch) -> list[str]:
     """Every tell of the patch's table rows (entity slots: their id position)."""
     found, catalog = [], source_catalog(con)
@@ -188,6 +240,7 @@ def patch_tells(con, patch: Patch) -> list[str]:
             source, added = f'"{catalog}".main.{table}', patch.tables[table].add
             found += precision_tells(con, table, added) + id_tells(con, source, table, added)
             found += code_tells(con, table, source, added) + order_tells(con, source, table)
+            found += id_order_tells(con, source, table)
             found += time_tells(con, source, anchored[table], inherited)
     return found
 

@@ -59,6 +59,7 @@ class NoisePair(BaseModel):
     trap: bool  # the naive reading answers, and wrongly
     inspect: dict[str, Any]
     accepted: list[AnswerValue] = []  # other answers a careful analyst may give (NoisyTwin.readings, accepts_clean)
+    answer_unit: str | None = None  # the noisy task's answer unit where the question names another concept
 
 
 def _answer(frame_fn, template: Template, reason: str) -> AnswerValue:
@@ -131,7 +132,8 @@ def _finds_nothing(answer: AnswerValue | None, template: Template) -> bool:
 def _check_diff(con, patch: Patch, matched: dict[str, int]) -> None:
     for table in patch.touched_tables:
         removed, added = overlay_diff(con, table, patch.tables[table])
-        if (removed, added) != (matched[table], len(patch.tables[table].add)):
+        renumbered = patch.tables[table].renumbered
+        if (removed, added) != (matched[table] + renumbered, len(patch.tables[table].add) + renumbered):
             raise Rejected("overlay_differs_beyond_patch")
         if removed == 0 and added == 0:
             raise Rejected("patch_changes_nothing")
@@ -218,6 +220,7 @@ def verify_pair(
         trap=trap,
         inspect=twin.inspect,
         accepted=accepted,
+        answer_unit=twin.answer_unit,
     )
 
 

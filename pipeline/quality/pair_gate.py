@@ -39,7 +39,9 @@ def completeness_frame(tasks: list[TaskRecord], labels: list[LabelRecord], patch
         row["splits"].add(lab.split)
         row["n_visible"] += lab.task_id in visible
         if lab.task_id in visible:
-            row["formats"].add(repr(visible[lab.task_id].answer_format))
+            # the unit follows the concept the question names (a swapped lab shows its own unit)
+            shown = visible[lab.task_id].answer_format
+            row["formats"].add(repr(shown.model_copy(update={"unit": None}) if shown is not None else None))
         if lab.condition == "clean":
             row["clean_answered"] = lab.expected.value not in (None, [])
     return pd.DataFrame(

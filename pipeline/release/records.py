@@ -81,8 +81,8 @@ def opaque_id(pair_id: str, condition: str) -> str:
 
 
 def records_of(pair: NoisePair, split: str, spec: Answer) -> tuple[list[TaskRecord], list[LabelRecord], PatchRecord]:
-    """The clean and the noisy task of a pair (one answer format, from the template's Answer `spec`), their
-    labels and the patch."""
+    """The clean and the noisy task of a pair (one answer format, from the template's Answer `spec`, but for the
+    unit of a concept the noisy question names instead), their labels and the patch."""
     clean, common = (
         pair.clean,
         {
@@ -110,9 +110,15 @@ def records_of(pair: NoisePair, split: str, spec: Answer) -> tuple[list[TaskReco
         "split": split,
         "answer_format": answer_format(spec, clean.answer),
     }
+    # a question naming another concept shows that concept's unit, as the clean one shows the asked one's
+    noisy_answer = clean.answer.model_copy(update={"unit": pair.answer_unit or clean.answer.unit})
     tasks = [
         TaskRecord(task_id=ids["clean"], question=clean.question, **visible),
-        TaskRecord(task_id=ids["noise"], question=pair.noisy_question, **visible),
+        TaskRecord(
+            task_id=ids["noise"],
+            question=pair.noisy_question,
+            **(visible | {"answer_format": answer_format(spec, noisy_answer)}),
+        ),
     ]
     labels = [
         LabelRecord(

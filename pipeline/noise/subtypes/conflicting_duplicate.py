@@ -18,6 +18,7 @@ from pipeline.noise.base import NoiseSubtype, Rejected, register
 from pipeline.noise.code_fit import fitting_codes, sex_ranges
 from pipeline.noise.exclusion import reading_from
 from pipeline.noise.fresh_ids import fresh_ids
+from pipeline.noise.id_order import ID_ORDER, in_id_order
 from pipeline.noise.measurements import item_precision, item_span, measurement_tables
 from pipeline.noise.overlay import source_catalog
 from pipeline.noise.patch import Patch, TablePatch
@@ -151,8 +152,9 @@ def _other_text(con, record: Record, row: dict, rng, centre: Centre | None = Non
 
 
 def _other_texts(con, record: Record, row: dict) -> list:
-    """Candidate other values: none of a family the encounter already carries at another position (a code listed
-    twice in one admission, or beside another of its category, gives the copy away: blind audits 22 and 23).
+    """Candidate other values: none of a family the encounter already carries at another position or at this one (a
+    code listed twice in one admission, or beside another of its category, gives the copy away: blind audits 22, 23
+    and 41).
     Rejected at a position another table speaks to, where the encounter has a row in it (a DRG is grouped on the
     principal diagnosis: it settles which copy is true)."""
     if _spoken_to(con, record, row):
@@ -176,7 +178,9 @@ def _other_texts(con, record: Record, row: dict) -> list:
                 [row[record.value], *(row[c] for c in record.alike)],
             ).fetchall()
         ]
-    taken = {_family(record, value) for value in _carried_elsewhere(con, record, row)}
+    # nor of the original's own category: a code one digit from it reads as a coding variant of one diagnosis, not a
+    # second one (blind audit 41: 78062 postprocedural fever beside 78052 insomnia)
+    taken = {_family(record, value) for value in {*_carried_elsewhere(con, record, row), row[record.value]}}
     found = [value for value in found if _family(record, value) not in taken and value not in record.settled]
     if record.history:  # as familiar from the patient's other encounters as the original, or the history settles it
         familiar = _recurring(con, record, row)
@@ -297,7 +301,7 @@ def conflicting_copies(
                 if row.get(c) == row[record.value] and states_too(con, ev.table, c, row)
             }
         copies.append({**row, **changed})
-    if record.fresh_id:
+    if record.fresh_id and ev.table not in ID_ORDER:  # else the copy keeps its original's id until in_id_order
         for copy, new_id in zip(copies, fresh_ids(con, ev.table, record.fresh_id, rows, rng), strict=True):
             copy[record.fresh_id] = new_id
     return copies
@@ -311,7 +315,13 @@ class ConflictingDuplicate(NoiseSubtype):
         "evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads, and its "
         "position (seq_num) where the table has one"
     )
-    version = 16  # 16: a copy of a principal code is of the original's ICD chapter (duplicates.yaml
+    version = 18  # 18: a dose copy takes the dispensed amount real orders of its product carry at that dose
+    # (duplicates.yaml `follow`: blind audit 41 settled an 80 UNIT insulin copy by the 0.015 VIAL it kept); a code's
+    # copy is of another category than the original (blind audit 41: 78062 beside 78052, a one-digit variant)
+    # 17: a lab or microbiology copy is numbered beside its original, the patient's later rows making
+    # room (id_order.py; blind audits 38-40 sorted copies out by their highest id, or by a reused microevent_id); a
+    # susceptibility is its specimen, test, organism, isolate and antibiotic; no organism conflicts (duplicates.yaml)
+    # 16: a copy of a principal code is of the original's ICD chapter (duplicates.yaml
     # `lead_chapters`; blind audit 34: brain metastases beside a psychosis in a patient without cancer); no abstention
     # where a yes stays recorded (verify.py `yes_still_recorded`: an R beside its S copy); a stay copy's last unit
     # follows its first only for a stay of one transfer (siblings.yaml `companion_when`: blind audit 35)
@@ -382,6 +392,7 @@ class ConflictingDuplicate(NoiseSubtype):
         copies = conflicting_copies(con, ev, record, originals, rng, centre)
         patch = Patch(tables={ev.table: TablePatch(key_columns=ev.key_columns, add=copies)})
         patch = sibling_patch(con, ev.table, originals, copies, patch, replace=False)  # the order's pharmacy row too
+        patch = in_id_order(con, patch)  # a lab copy's id beside its original's, not the patient's highest
         twin = scoped_twin(task, template, ev, patch, rule)
         if not is_patient(template):  # leaving the conflicting records out is one reading; keeping either copy too
             twin.accepts_clean, twin.readings = True, (copies_only_sql(con, task.gold_sql, record, originals),)

@@ -42,6 +42,7 @@ from pipeline.noise.encounters import (
 from pipeline.noise.evidence import evidence_table, rows_by_key
 from pipeline.noise.exclusion import excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
+from pipeline.noise.id_order import in_id_order
 from pipeline.noise.overlay import overlay
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.siblings import ends_before_start, sibling_patch, witnessed
@@ -71,7 +72,9 @@ TIME_COLUMNS = {
 class DisplacedTime(NoiseSubtype):
     name = "displaced_time"
     level = "record"
-    version = 12  # 12: ICU procedure events move (displaced_time.yaml `procedureevents`: none lies outside its stay
+    version = 13  # 13: a moved lab or microbiology row takes the id its new time gives it among its patient's
+    # (id_order.py: blind audit 38 found a displaced lab's ids out of time order)
+    # 12: ICU procedure events move (displaced_time.yaml `procedureevents`: none lies outside its stay
     # by the routine lead on the demo), so diagnosis_procedure has displaced_time pairs; no shift is a whole number
     # of hours on a finer grid (the tell test caught a -46 h move of a synthetic procedure)
     # 11: not where the table or the patient's record already dates rows outside their encounters
@@ -111,7 +114,8 @@ class DisplacedTime(NoiseSubtype):
         if witnessed(con, table, before):
             raise Rejected("witnessed_elsewhere")
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=_keys(before, key_columns), add=moved)})
-        patch = sibling_patch(con, table, before, moved, patch)
+        patch = in_id_order(con, sibling_patch(con, table, before, moved, patch))  # ids follow the new times
+        moved = patch.tables[table].add[: len(moved)]
         if ends_before_start(patch, table):
             raise Rejected("sibling_keeps_the_time")
         as_date = not isinstance(moved[0][time], dt.datetime)

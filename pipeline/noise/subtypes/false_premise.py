@@ -23,7 +23,14 @@ import yaml
 from pipeline.concepts import concept_key, concept_records, display_value, unlinked_time
 from pipeline.noise.base import NoiseSubtype, Rejected, register
 from pipeline.noise.encounters import lead_of
-from pipeline.noise.slot_swap import ENTITY_SLOTS, concept_slots, gold_finds_nothing, swapped_twin, vocabulary
+from pipeline.noise.slot_swap import (
+    ENTITY_SLOTS,
+    concept_slots,
+    gold_finds_nothing,
+    showable_units,
+    swapped_twin,
+    vocabulary,
+)
 from pipeline.source.schema import load_schema
 from pipeline.templates.render import render_sampler
 from pipeline.templates.spec import AnswerType
@@ -36,7 +43,8 @@ MAX_CANDIDATES = 40  # candidate values looked up in the record tables (one chea
 class FalsePremise(NoiseSubtype):
     name = "false_premise"
     level = "query"
-    version = 5  # 5: no candidate kin to a name the encounter records (false_premise.yaml; blind audit 26 read
+    version = 6  # 6: the answer format shows the named concept's usual unit (concept_units.yaml)
+    # 5: no candidate kin to a name the encounter records (false_premise.yaml; blind audit 26 read
     # "Monos", a body-fluid item, as the patient's blood Monocytes, charted as "Differential-Monos");
     # 2: concepts compared as concepts; the premise is false in every table recording the concept;
     # 3: not on counts and lists (zero and none are answers); 4: rows without an admission in its time count for it
@@ -79,11 +87,17 @@ class FalsePremise(NoiseSubtype):
 
 
 def _swap(con, task, template, slot, candidates, inspected):
-    """The twin for the first candidate the gold program answers nothing for."""
-    for value in candidates[:MAX_TRIES]:
+    """The twin for the first candidate with a unit to show (where the answer shows its row's) that the gold
+    program answers nothing for."""
+    units = showable_units(con, template, task, slot, candidates[:MAX_TRIES])
+    if candidates and not units:
+        raise Rejected("no_unit_for_concept")
+    for value, unit in units.items():
         if gold_finds_nothing(con, template, task, {slot: value}):
             table, column = inspected
-            return swapped_twin(template, task, {slot: value}, {"table": table, "filter": {column: value}})
+            return swapped_twin(
+                template, task, {slot: value}, {"table": table, "filter": {column: value}}, answer_unit=unit
+            )
     raise Rejected("gold_answers_every_candidate" if candidates else "no_candidate_value")
 
 

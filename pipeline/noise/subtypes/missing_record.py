@@ -1,5 +1,8 @@
 """missing_record (record level): every row the question could rest on is hidden; the answer is unsupported.
 
+A measurement's gap runs a random 2-12 h past the question's window on each side (a record loses a stretch of
+charting; it does not stop and restart where a question's window does).
+
 A patient question's rows that another table also records (siblings.yaml `witnesses`: an ICU patient's lab in
 chartevents under a Labs item) are not hidden (`witnessed_elsewhere`); nor are encounters whose every column the
 question reads another table keeps (siblings.yaml `records` with `keeps`: an ICU stay's times and unit are its
@@ -7,10 +10,14 @@ transfer's; `recorded_elsewhere`)."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
 from pipeline.noise.encounters import columns_read
 from pipeline.noise.evidence import candidate_keys, evidence_table, rows_by_key
 from pipeline.noise.guards import guarded_python, guarded_sql
+from pipeline.noise.id_order import ID_ORDER, in_id_order
+from pipeline.noise.measurements import measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.siblings import matching_rows, record_rules, witnessed
 from pipeline.noise.slot_swap import concept_slots
@@ -19,6 +26,7 @@ from pipeline.templates.programs import load_python_program
 from pipeline.templates.spec import AnswerType
 
 MAX_HIDDEN = 5_000  # a population question over more rows than this is not a missing-record item
+MAX_RENUMBERED = 5_000  # rows whose ids move to close the holes hidden labs leave (demo: 104 to 58,001 a pair)
 # Zero is an answer: with the rows a count, a yes/no or a list rests on hidden, 0, "no" and "none" are what the
 # record says (no abnormal potassium, never in the MICU, no procedure coded), so such a question abstains only when
 # it asks about one encounter's rows of a table that every MIMIC-IV hospital admission has (billed diagnoses,
@@ -31,7 +39,10 @@ ANSWERED_BY_ABSENCE = (AnswerType.count, AnswerType.boolean, AnswerType.list)
 class MissingRecord(NoiseSubtype):
     name = "missing_record"
     level = "record"
-    version = 6  # 6: nor prescriptions whose pharmacy rows keep what the question reads (siblings.yaml `records`:
+    version = 7  # 7: hidden labs leave no hole in the patient's labevent_ids (`_without_holes`); a measurement's
+    # gap runs 2-12 h past the question's window on each side (`_beyond_the_window`:
+    # blind audit 38 saw a patient's hourly rows vanish exactly inside the asked window)
+    # 6: nor prescriptions whose pharmacy rows keep what the question reads (siblings.yaml `records`:
     # blind audit 35 read a Clopidogrel route share off the pharmacy rows of its 23 hidden prescriptions)
     # 5: not encounters another table keeps whole for the question (an ICU stay's transfer)
     # 2: rejected when the noisy data still answers the clean question; 3: zero, no, none are answers
@@ -64,16 +75,34 @@ class MissingRecord(NoiseSubtype):
             raise Rejected("witnessed_elsewhere")  # another table charts the same results (an ICU lab in chartevents)
         if _recorded_elsewhere(con, table, rows, template):
             raise Rejected("recorded_elsewhere")  # blind audit 30 rebuilt 23 hidden ICU stays from their transfers
-        patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hidden)})
+        beyond = _beyond_the_window(con, table, rows, key_columns, rng)  # the gap does not end at the question
+        patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hidden + beyond)})
+        patch, guard_keys = _without_holes(con, table, patch, rows, hidden)
         gold = load_python_program(template)
         return NoisyTwin(
             patch=patch,
             contract="abstain",
             expected=AnswerValue(value=None, unit=task.answer.unit if template.spec.answer.unit else None),
-            reference_sql=guarded_sql(task.gold_sql, table, hidden, "(SELECT count(*) FROM evidence) = 0"),
-            reference_python=guarded_python(template, gold, table, hidden, lambda rows: rows.height == 0),
+            reference_sql=guarded_sql(task.gold_sql, table, guard_keys, "(SELECT count(*) FROM evidence) = 0"),
+            reference_python=guarded_python(template, gold, table, guard_keys, lambda rows: rows.height == 0),
             inspect={"table": table, "filter": task.slots},
         )
+
+
+def _without_holes(con, table: str, patch: Patch, rows: list[dict], hidden: list[dict]) -> tuple[Patch, list[dict]]:
+    """For a table numbered in time order with a natural key (labs): the patch with the patient's block closed over
+    the hidden rows (blind audit 41 found a labevent_id hole before each of 143 blood-gas panels whose rows were
+    hidden), and the guard's keys by that natural key, since other rows now hold the hidden ids. Rejected for such a
+    table without one: its holes would stay."""
+    order = ID_ORDER.get(table)
+    if order is None:
+        return patch, hidden
+    if not order.natural:  # no key to find the rows by once ids move
+        raise Rejected("hidden_rows_leave_id_holes")
+    closed = in_id_order(con, patch, hides_too=True)
+    if closed.tables[table].renumbered > MAX_RENUMBERED:
+        raise Rejected("too_many_ids_to_renumber")  # an overlay of tens of thousands of renumbered rows per episode
+    return closed, [{c: row[c] for c in order.natural} for row in rows]
 
 
 def _recorded_elsewhere(con, table: str, rows: list[dict], template) -> bool:
@@ -87,3 +116,28 @@ def _recorded_elsewhere(con, table: str, rows: list[dict], template) -> bool:
         if read <= kept and all(matching_rows(con, rule, row) for row in rows):
             return True
     return False
+
+
+def _beyond_the_window(con, table: str, rows: list[dict], key_columns: list[str], rng) -> list[dict]:
+    """Keys of a measurement table's rows of the same patients and items charted within a random 2-12 h (to the
+    minute) before the first hidden row or after the last: a record loses a stretch of charting, which does not
+    start and stop where a question's window does. Other tables hide the question's rows only."""
+    facts = measurement_tables().get(table)
+    if facts is None or not rows:
+        return []
+    spans: dict[tuple, list] = {}
+    for row in rows:
+        if row.get(facts.time) is not None:
+            spans.setdefault((row["subject_id"], row[facts.item]), []).append(row[facts.time])
+    keys, listed = [], ", ".join(key_columns)
+    hidden = {tuple(row[c] for c in key_columns) for row in rows}
+    for (subject, item), times in sorted(spans.items()):
+        before, after = (dt.timedelta(minutes=int(rng.integers(120, 721))) for _ in range(2))
+        first, last = min(times), max(times)
+        found = con.execute(
+            f"SELECT {listed} FROM {table} WHERE subject_id = ? AND {facts.item} = ? AND ("
+            f"{facts.time} >= ? AND {facts.time} < ? OR {facts.time} > ? AND {facts.time} <= ?) ORDER BY ALL",
+            [subject, item, first - before, first, last, last + after],
+        ).fetchall()
+        keys += [dict(zip(key_columns, key, strict=True)) for key in found if key not in hidden]
+    return keys

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from pipeline.concepts import column_keys, concept_key
 from pipeline.db import scalar
 from pipeline.noise.base import NoiseSubtype, Rejected, register
-from pipeline.noise.slot_swap import concept_slots, swapped_twin, vocabulary
+from pipeline.noise.slot_swap import concept_slots, showable_units, swapped_twin, vocabulary
 from pipeline.source.schema import load_schema
 from pipeline.templates.spec import AnswerType
 
@@ -40,6 +40,7 @@ class CatalogueEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     compare_with: list[str]
     names: list[str] | dict[str, list[str]]
+    units: dict[str, str] = {}  # name -> the unit its results come in (concept_units.yaml)
 
 
 @cache
@@ -148,10 +149,12 @@ def unknown_names(con, vocab: str, slot: str, names: Sequence[str] | None = None
 class UnknownConcept(NoiseSubtype):
     name = "unknown_concept"
     level = "query"
+    # 4: the answer format shows the swapped-in name's unit (unknown_concepts.yaml `units`, concept_units.yaml;
+    # blind audit 40: a cerebral oximetry asked in mmHg); a name without a unit is not swapped into such a question
     # 3: a real name of the same kind the record does not know, not close to any it knows (a typo of a real
     # name, v2, was recognised and answered by a careful analyst in the first blind audit)
     # (and no longer on counts and lists, answered by absence; nor on code dictionaries, which have no catalogue)
-    version = 3
+    version = 4
     requires = (
         "a value question (not a count or list) with a concept slot whose vocabulary has catalogue names "
         "(unknown_concepts.yaml; ICD titles and HCPCS descriptions have none)"
@@ -171,13 +174,18 @@ class UnknownConcept(NoiseSubtype):
         candidates = unknown_names(con, f"{table}.{column}", slot)
         if not candidates:
             raise Rejected("no_unknown_concept")
-        candidate = candidates[int(rng.integers(len(candidates)))]
+        units = showable_units(con, template, task, slot, candidates, catalogue()[f"{table}.{column}"].units)
+        if not units:
+            raise Rejected("no_unit_for_concept")  # every name would keep the asked concept's unit
+        names = list(units)
+        candidate = names[int(rng.integers(len(names)))]
         return swapped_twin(
             template,
             task,
             {slot: candidate},
             {"table": table, "filter": {column: candidate}},
             guard=(table, column, candidate),
+            answer_unit=units[candidate],
         )
 
 

@@ -32,7 +32,7 @@ def write_labevents(ctx: Context, writer, adm: Admissions) -> None:
     writer.insert(
         "labevents",
         {
-            "labevent_id": ctx.ids.take_blocks("labevent", subject_id),
+            "labevent_id": ctx.ids.take_blocks("labevent", subject_id, drawn[specimen]),
             "subject_id": subject_id,
             "hadm_id": adm.hadm_id[admission][specimen],
             "specimen_id": ctx.ids.take("specimen", len(admission))[specimen],

@@ -30,7 +30,7 @@ def write_microbiology(ctx: Context, writer, adm: Admissions) -> None:
     writer.insert(
         "microbiologyevents",
         {
-            "microevent_id": ctx.ids.take_blocks("microevent", adm.subject_id[admission][row_test]),
+            "microevent_id": ctx.ids.take_blocks("microevent", adm.subject_id[admission][row_test], drawn[row_test]),
             "subject_id": adm.subject_id[admission][row_test],
             "hadm_id": adm.hadm_id[admission][row_test],
             "micro_specimen_id": ctx.ids.take("micro_specimen", len(admission))[row_test],
