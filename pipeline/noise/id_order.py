@@ -87,8 +87,8 @@ def _ordered(con, table: str, order: IdOrder, patch: TablePatch) -> TablePatch:
             s
             for (s,) in con.execute(f"SELECT DISTINCT subject_id FROM {table} WHERE {column} IN ({listed})").fetchall()
         }
+    time = f"coalesce({', '.join(order.times)})"
     for subject in sorted(subjects):
-        time = f"coalesce({', '.join(order.times)})"
         found = con.execute(
             f"SELECT {column}, {time} FROM {table} WHERE subject_id = ? ORDER BY {column}", [subject]
         ).fetchall()

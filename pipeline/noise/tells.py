@@ -108,13 +108,12 @@ def _one_id_tells(con, source: str, table: str, column: str, value: int, subject
     )
 
 
-def _widest_block_gap(con, relation: str, column: str, subject_id=None) -> int:
-    """The widest step between successive ids of one patient (of the given one, else of any)."""
-    where = "" if subject_id is None else f" WHERE subject_id = {int(subject_id)}"
+def _widest_block_gap(con, relation: str, column: str) -> int:
+    """The widest step between successive ids of one patient, over every patient."""
     return scalar(
         con,
         f"SELECT coalesce(max(d), 1) FROM (SELECT {column} - lag({column}) OVER (PARTITION BY subject_id "
-        f"ORDER BY {column}) d FROM {relation}{where})",
+        f"ORDER BY {column}) d FROM {relation})",
     )
 
 
@@ -193,8 +192,9 @@ def id_order_tells(con, source: str, table: str, view: str | None = None) -> lis
         f"SELECT subject_id FROM temp.main.__add_{table} UNION SELECT s.subject_id FROM {source} s "
         f"WHERE s.rowid IN (SELECT __pos FROM temp.main.__gone_{table} WHERE __sub = 0) ORDER BY 1"
     )
+    widest = _widest_block_gap(con, source, column)  # one scan of the source table, not one per patient
     for (subject,) in con.execute(touched).fetchall():
-        (source_back, _, source_skips), (back, repeated, skips) = (
+        (source_back, _, source_skips, _), (back, repeated, skips, gap) = (
             _id_steps(con, relation, column, time, subject) for relation in (source, view)
         )
         if repeated:
@@ -207,18 +207,19 @@ def id_order_tells(con, source: str, table: str, view: str | None = None) -> lis
             found.append(
                 f"{table}: patient {subject}'s {column}s skip ids {skips} times ({source_skips} in the source)"
             )
-        widest, gap = _widest_block_gap(con, source, column), _widest_block_gap(con, view, column, subject)
         if gap > widest:
             found.append(f"{table}: patient {subject}'s {column}s skip {gap} (real blocks at most {widest})")
     return found
 
 
-def _id_steps(con, relation: str, column: str, time: str, subject) -> tuple[int, int, int]:
-    """(successive ids of the patient that go back in time, ids held twice, steps over unused ids) in the relation."""
+def _id_steps(con, relation: str, column: str, time: str, subject) -> tuple[int, int, int, int]:
+    """(successive ids of the patient that go back in time, ids held twice, steps over unused ids, the widest
+    step) in the relation."""
     return con.execute(
         f"SELECT count(*) FILTER (WHERE d < INTERVAL 0 SECOND), count(*) - count(DISTINCT {column}), "
-        f"count(*) FILTER (WHERE step > 1) FROM (SELECT {column}, {time} - lag({time}) OVER (ORDER BY {column}) d, "
-        f"{column} - lag({column}) OVER (ORDER BY {column}) step FROM {relation} WHERE subject_id = ?)",
+        f"count(*) FILTER (WHERE step > 1), coalesce(max(step), 1) FROM (SELECT {column}, "
+        f"{time} - lag({time}) OVER (ORDER BY {column}) d, {column} - lag({column}) OVER (ORDER BY {column}) step "
+        f"FROM {relation} WHERE subject_id = ?)",
         [subject],
     ).fetchall()[0]
 
