@@ -47,7 +47,7 @@ def build_params() -> dict[str, Param]:
         ),
         "template_shards": Param(1, type="integer", minimum=1, description="mapped task groups per intent"),
         "pair_workers": Param(
-            1, type="integer", minimum=1, description="processes verifying the pairs inside each mapped task"
+            1, type="integer", minimum=1, description="processes instantiating and verifying inside each mapped task"
         ),
     }
 
@@ -115,7 +115,8 @@ def fingerprint(work: str) -> str:
 def instantiate(work: str, shard: str) -> str:
     from pipeline import stages
 
-    return str(stages.instantiate_shard(Path(work), shard))
+    workers = int(get_current_context()["params"].get("pair_workers", 1))
+    return str(stages.instantiate_shard(Path(work), shard, workers=workers))
 
 
 @task

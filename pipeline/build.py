@@ -142,6 +142,8 @@ def manifest_of(
     filled: dict[str, Any],
     fill_draw: InstantiationReport,
 ) -> dict[str, Any]:
+    published = sum(lab.condition == "noise" for lab in labels)
+    verifications = verified_count + sum(rejected.values())  # every attempt either verified or was rejected
     return {
         "version": config.version,
         "seed": config.seed,
@@ -157,7 +159,9 @@ def manifest_of(
         },
         "pairs": {
             "verified": verified_count,
-            "published": sum(lab.condition == "noise" for lab in labels),
+            "published": published,
+            "verifications": verifications,
+            "verifications_per_published": round(verifications / published, 2) if published else None,
             "split": split_report.model_dump(),
             "counts": counts_by_cell(labels),
             "filled_cells": filled,

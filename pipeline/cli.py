@@ -250,7 +250,7 @@ def build(
     fill_tasks: Annotated[
         int, typer.Option(help="further tasks per template tried for an intent x sub-type cell with no pair")
     ] = FILL_TASKS,
-    workers: Annotated[int, typer.Option(help="processes verifying pairs (the files do not depend on it)")] = 1,
+    workers: Annotated[int, typer.Option(help="processes making tasks and pairs (the files do not depend on it)")] = 1,
     skip_source_gate: Annotated[
         bool, typer.Option(help="leave out the source database's gate (run by default)")
     ] = False,
@@ -297,7 +297,7 @@ def build(
         def on_progress(stage: str, done: int, total: int) -> None:
             if stage not in jobs:
                 jobs[stage] = bar.add_task(stage, total=total)
-            bar.update(jobs[stage], completed=done)
+            bar.update(jobs[stage], completed=done, total=total)  # planned pairs: the total grows by wave
 
         try:
             release = run_build(config, progress=on_progress, workers=workers, skip_source_gate=skip_source_gate)
@@ -320,7 +320,8 @@ def _print_release(release: Path) -> None:
     out.print(
         f"pairs verified {pairs['verified']:,}, published {pairs['published']:,} "
         f"(test {pairs['split']['test']:,}, train {pairs['split']['train']:,}, "
-        f"{pairs['split']['per_cell']} per test cell)"
+        f"{pairs['split']['per_cell']} per test cell); {pairs['verifications']:,} verifications, "
+        f"{pairs['verifications_per_published']} per published pair"
     )
     unfilled = sorted(cell for cell, fill in pairs.get("filled_cells", {}).items() if not fill["kept"])
     if unfilled:

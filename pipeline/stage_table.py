@@ -41,7 +41,7 @@ STAGE_TABLE: tuple[Stage, ...] = (
         "tasks",
         per_shard=True,
         after=("source_gate",),
-        options=("progress",),
+        options=("progress", "workers"),
     ),
     Stage("pairs", "pair_shard", ("work", "tasks"), "pairs", per_shard=True, options=("progress", "workers")),
     Stage("fill", "fill", ("work", "tasks", "pairs"), "filled", options=("progress",)),

@@ -36,10 +36,12 @@ from pipeline.build import (
 from pipeline.db import open_source
 from pipeline.noise.verify import NoisePair
 from pipeline.release.fill import fill_cells
-from pipeline.release.pairs import candidate_pairs, choose_pairs
+from pipeline.release.pairs import choose_pairs
+from pipeline.release.plan import planned_pairs
 from pipeline.release.publish import publish_release
 from pipeline.release.records import LabelRecord, PatchRecord, TaskRecord
 from pipeline.release.splits import assign_splits
+from pipeline.source.snapshot import ensure_snapshot
 from pipeline.stage_table import SHARDED_VALUES, STAGE_TABLE
 from pipeline.templates.instantiate import CleanTask, InstantiationReport, instantiate
 from pipeline.templates.spec import INTENTS, Template
@@ -253,8 +255,9 @@ def fingerprint(work: Path) -> Path:
     return produce(Path(work) / "source.json", write)
 
 
-def instantiate_shard(work: Path, shard: str, progress: Progress | None = None) -> Path:
-    """Clean tasks of one shard: `tasks/<shard>/tasks.jsonl` and its instantiation `report.json`."""
+def instantiate_shard(work: Path, shard: str, progress: Progress | None = None, workers: int = 1) -> Path:
+    """Clean tasks of one shard: `tasks/<shard>/tasks.jsonl` and its instantiation `report.json`; `workers`
+    processes instantiate its templates (the result does not depend on it)."""
 
     def write(tmp: Path) -> None:
         config = load_config(work)
@@ -267,6 +270,8 @@ def instantiate_shard(work: Path, shard: str, progress: Progress | None = None) 
                 config.per_template,
                 config.seed,
                 on_template=lambda t, n: progress and progress("tasks", next(done), len(templates)),
+                workers=workers,
+                snapshot=ensure_snapshot(config.db),
             )
         jsonl.write(tmp / "tasks.jsonl", tasks)
         _write_text(tmp / "report.json", report.model_dump_json(indent=1) + "\n")
@@ -275,25 +280,29 @@ def instantiate_shard(work: Path, shard: str, progress: Progress | None = None) 
 
 
 def pair_shard(work: Path, tasks_dir: Path, progress: Progress | None = None, workers: int = 1) -> Path:
-    """Every verified pair of a shard's clean tasks (`pairs/<shard>/pairs.jsonl`) and the counted rejections;
-    `workers` processes verify them (the result does not depend on it)."""
+    """A shard's verified pairs, planned first (`pipeline.release.plan`: at most one per clean task,
+    `pairs/<shard>/pairs.jsonl`), the counted rejections and the plan's report (`plan.json`); `workers` processes
+    verify them (the result does not depend on it)."""
 
     def write(tmp: Path) -> None:
         config = load_config(work)
         tasks = jsonl.read(Path(tasks_dir) / "tasks.jsonl", CleanTask)
         by_id = {t.id: t for t in shard_templates(config, Path(tasks_dir).name)}
         with open_source(config.db) as con:
-            verified, rejected = candidate_pairs(
+            verified, rejected, report = planned_pairs(
                 con,
                 tasks,
                 by_id,
                 select_subtypes(config),
                 config.seed,
-                on_task=lambda n: progress and progress("pairs", n, len(tasks)),
+                on_attempt=lambda done, planned: progress and progress("pairs", done, planned),
                 workers=workers,
+                per_cell=config.pairs_per_cell,
+                snapshot=ensure_snapshot(config.db),
             )
         jsonl.write(tmp / "pairs.jsonl", (p for task_id in sorted(verified) for p in verified[task_id]))
         _write_text(tmp / "rejected.json", json.dumps(sorted([*key, n] for key, n in rejected.items())) + "\n")
+        _write_text(tmp / "plan.json", report.model_dump_json(indent=1) + "\n")
 
     return produce(Path(work) / "pairs" / Path(tasks_dir).name, write)
 
@@ -345,6 +354,7 @@ def fill(work: Path, tasks_dirs: list[Path], pairs_dirs: list[Path], progress: P
                 want=config.per_template,
                 drawing=drawing,
                 on_cell=lambda n, total: progress and progress("fill", n, total),
+                snapshot=ensure_snapshot(config.db),
             )
         jsonl.write(tmp / "pairs.jsonl", (p for task_id in sorted(found) for p in found[task_id]))
         _write_text(tmp / "rejected.json", json.dumps(sorted([*key, n] for key, n in rejected.items())) + "\n")

@@ -183,7 +183,7 @@ def test_a_failed_build_publishes_nothing_and_a_rerun_resumes_from_its_stage_out
         raise AssertionError("a finished stage was computed again")
 
     monkeypatch.setattr(stages, "instantiate", recomputed)
-    monkeypatch.setattr(stages, "candidate_pairs", recomputed)
+    monkeypatch.setattr(stages, "planned_pairs", recomputed)
     monkeypatch.setattr(stages, "fill_cells", recomputed)
     release = run_build(config)
     assert _visible(tmp_path) == ["v1"] and release == tmp_path / "v1" and not (tmp_path / ".work").exists()
@@ -391,11 +391,10 @@ def test_pair_workers_die_with_their_parent(synthetic_db: Path):
             sys.executable,
             "-c",
             f"""
-import multiprocessing, os, time
-from concurrent.futures import ProcessPoolExecutor
+import os, time
 from pipeline.release.pairs import _start_worker
-pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
-                           initargs=({str(synthetic_db)!r}, {{}}, {{}}, 0))
+from pipeline.workers import spawn_pool
+pool = spawn_pool(1, _start_worker, ({str(synthetic_db)!r}, {{}}, {{}}, 0, None))
 print(pool.submit(os.getpid).result(), flush=True)
 time.sleep(600)
 """,

@@ -149,8 +149,11 @@ def test_sampling_keeps_one_candidate_per_concept_in_display_form():
         (1, 2, "OxyCODONE (Immediate Release)"),
         (1, 3, "LamoTRIgine"),
     ]
-    assert one_per_concept(template, names, rows) == [
+    frame = pl.DataFrame(rows, schema=names, orient="row")
+    assert one_per_concept(template, frame).rows() == [
         (1, 2, "Lamotrigine"),
         (1, 2, "Oxycodone (Immediate Release)"),
         (1, 3, "Lamotrigine"),
     ]
+    with_null = pl.DataFrame([(1, 2, None), (1, 2, None), (1, 2, "LaMOTrigine")], schema=names, orient="row")
+    assert one_per_concept(template, with_null).rows() == [(1, 2, None), (1, 2, "Lamotrigine")]

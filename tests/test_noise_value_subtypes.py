@@ -263,3 +263,23 @@ def test_a_dose_copy_takes_the_dispensed_amount_of_its_dose(source):
     ).fetchall()[0]
     assert (changed["dose_unit_rx"], changed["form_val_disp"], changed["form_unit_disp"]) == usual
     assert changed["form_val_disp"] != row["form_val_disp"] or usual[1] == row["form_val_disp"]
+
+
+def test_every_plausible_range_names_its_item_and_holds_the_demos_labs(source):
+    """plausibility.yaml: each label is its item's label in the demo's dictionary, and a lab's range is generous (at
+    most 0.1% of the demo's numbers of the item outside it: a range that real results break marks truth as noise)."""
+    from pipeline.noise.measurements import plausible_ranges
+
+    dictionaries = {"labevents": "d_labitems", "chartevents": "d_items"}
+    wrong = []
+    for table, ranges in plausible_ranges().items():
+        for item, bounds in ranges.items():
+            label = scalar(source, f"SELECT label FROM {dictionaries[table]} WHERE itemid = ?", [item])
+            total, outside = source.execute(
+                f"SELECT count(*), count(*) FILTER (WHERE valuenum < ? OR valuenum > ?) FROM {table} "
+                "WHERE itemid = ? AND valuenum IS NOT NULL",
+                [bounds.low, bounds.high, item],
+            ).fetchall()[0]
+            if label != bounds.label or (table == "labevents" and outside > 0.001 * total):
+                wrong.append((table, item, bounds.label, label, outside, total))
+    assert wrong == []

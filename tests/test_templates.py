@@ -90,6 +90,16 @@ def test_instantiation_is_deterministic_and_seed_dependent(synthetic_db: Path):
     assert first == again and first != other
 
 
+def test_two_instantiating_workers_make_the_same_tasks_and_report(synthetic_db: Path):
+    """Each template draws from its own seeded generator: worker processes change neither a task nor a count."""
+    chosen = TEMPLATES[:6]
+    with duckdb.connect(str(synthetic_db), read_only=True) as con:
+        one = instantiate(con, chosen, 3, seed=4)
+        two = instantiate(con, chosen, 3, seed=4, workers=2)
+    assert [t.model_dump_json() for t in one[0]] == [t.model_dump_json() for t in two[0]] and len(one[0]) > 6
+    assert one[1].model_dump_json() == two[1].model_dump_json()
+
+
 def test_slot_values_enter_sql_only_as_literals():
     sql = render_sql(
         "SELECT * FROM patients WHERE gender = {{ g }} AND subject_id = {{ s }}",
@@ -199,3 +209,23 @@ def test_lint_reports_noise_that_cannot_apply(tmp_path: Path):
         (folder / source.name.replace("good_lab", "windowless")).write_text(text)
     problems = lint_file(folder / "windowless.yaml").problems
     assert problems == ["noise: 'out_of_window' cannot apply here; it needs date slots window_start and window_end"]
+
+
+def test_a_task_carries_its_first_evidence_rows_and_task_evidence_gives_them_all(synthetic_db: Path):
+    """A population question's evidence can be every result of a lab: the task keeps the first
+    EVIDENCE_INLINE_MAX rows and the count, and `task_evidence` runs its evidence query again for all of them."""
+    from pipeline.noise.evidence import evidence_table, task_evidence
+    from pipeline.templates.instantiate import EVIDENCE_INLINE_MAX
+
+    template = next(t for t in TEMPLATES if t.id == "lab_median_value_population")
+    with duckdb.connect(str(synthetic_db), read_only=True) as con:
+        tasks, _ = instantiate(con, [template], 3, seed=0)
+        large = [t for t in tasks if t.evidence_rows and t.evidence_rows > EVIDENCE_INLINE_MAX]
+        assert large, "no task with more evidence rows than are carried inline"
+        task = large[0]
+        every = task_evidence(con, task)
+        assert len(task.evidence) == EVIDENCE_INLINE_MAX and len(every) == task.evidence_rows
+        assert every[:EVIDENCE_INLINE_MAX] == task.evidence
+        assert len(evidence_table(con, task)[2]) == task.evidence_rows
+        small = task.model_copy(update={"evidence_rows": None})  # a task that carries all of its rows
+        assert task_evidence(con, small) is small.evidence

@@ -12,18 +12,27 @@ import sqlglot
 
 from pipeline.noise.base import Rejected
 from pipeline.noise.measurements import impossible_sql, measurement_tables, plausible_ranges
-from pipeline.templates.instantiate import CleanTask, typed_slots
+from pipeline.templates.instantiate import CleanTask, jsonable_rows, typed_slots
 from pipeline.templates.render import render_sql
 from pipeline.templates.spec import Template
 
 
-def evidence_table(task: CleanTask) -> tuple[str, list[str], list[dict[str, Any]]]:
+def task_evidence(con: duckdb.DuckDBPyConnection, task: CleanTask) -> list[dict[str, Any]]:
+    """Every evidence row of the task: those it carries, or (when it carries only the first ones) its evidence
+    query run again on the source `con`, sorted as at instantiation."""
+    if task.evidence_rows is None or task.evidence_rows == len(task.evidence):
+        return task.evidence
+    return jsonable_rows(con.sql(f"SELECT * FROM ({task.evidence_sql}) ORDER BY ALL").pl())
+
+
+def evidence_table(con: duckdb.DuckDBPyConnection, task: CleanTask) -> tuple[str, list[str], list[dict[str, Any]]]:
     """(table, key columns, key rows) of the task's evidence; all evidence must sit in one table."""
-    tables = {row["table_name"] for row in task.evidence}
+    evidence = task_evidence(con, task)
+    tables = {row["table_name"] for row in evidence}
     if len(tables) != 1:
         raise Rejected("evidence_spans_tables")
-    keys = [c for c in task.evidence[0] if c != "table_name"]
-    return tables.pop(), keys, [{c: row[c] for c in keys} for row in task.evidence]
+    keys = [c for c in evidence[0] if c != "table_name"]
+    return tables.pop(), keys, [{c: row[c] for c in keys} for row in evidence]
 
 
 def candidate_keys(

@@ -11,6 +11,7 @@ beside the row it copies (just after or just before it), which keeps its own id:
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 from dataclasses import dataclass
 from typing import Any
@@ -47,17 +48,18 @@ class _Slot:
     pinned: bool = False  # a row some added row copies: it keeps its id
 
 
-def in_id_order(con, patch: Patch, hides_too: bool = False) -> Patch:
+def in_id_order(con, patch: Patch, hides_too: bool = False, at_most: int | None = None) -> Patch:
     """The patch with every added row of an `ID_ORDER` table numbered where its time places it among its
     patient's rows, and the source rows that make room for it renumbered (`TablePatch.renumber`). With
     `hides_too`, hidden rows of a table with a natural key leave no hole either (the block closes over them; the
-    caller then finds rows by that key, since their ids move)."""
+    caller then finds rows by that key, since their ids move). More than `at_most` renumbered rows in a table is
+    Rejected as `too_many_ids_to_renumber` as soon as the count passes it."""
     tables = dict(patch.tables)
     for table, order in ID_ORDER.items():
         table_patch = tables.get(table)
         closes = hides_too and bool(order.natural) and table_patch is not None and bool(table_patch.hide)
         if table_patch is not None and (table_patch.add or closes):
-            tables[table] = _ordered(con, table, order, table_patch)
+            tables[table] = _ordered(con, table, order, table_patch, at_most)
     return patch.model_copy(update={"tables": tables})
 
 
@@ -72,7 +74,7 @@ def _as_datetime(value: Any) -> Any:
     return dt.datetime.combine(value, dt.time()) if type(value) is dt.date else value
 
 
-def _ordered(con, table: str, order: IdOrder, patch: TablePatch) -> TablePatch:
+def _ordered(con, table: str, order: IdOrder, patch: TablePatch, at_most: int | None) -> TablePatch:
     column = order.column
     if patch.key_columns != [column]:
         raise ValueError(f"{table}: a patch renumbering {column} must be keyed by it, not {patch.key_columns}")
@@ -99,12 +101,14 @@ def _ordered(con, table: str, order: IdOrder, patch: TablePatch) -> TablePatch:
             slot.pinned = slot.id in copied
         for row in sorted(mine, key=lambda r: (r[column] in copied, _time(r, order) or dt.datetime.min, r[column])):
             _place(slots, row, order, free)
-        _close_holes(slots, hidden - free.given)
+        _close_holes(slots, hidden - free.given, _foreign_ids(con, table, column, subject, slots))
         for slot in slots:
             if slot.row is not None:
                 slot.row[column] = slot.id
             elif slot.source is not None and slot.id != slot.source:
                 renumber[slot.source] = slot.id
+        if at_most is not None and len(renumber) > at_most:
+            raise Rejected("too_many_ids_to_renumber")  # an overlay of tens of thousands of renumbered rows
     moves = {column: dict(sorted(renumber.items()))} if renumber else {}
     return patch.model_copy(update={"add": added, "renumber": moves})
 
@@ -168,18 +172,37 @@ def _room(slots: list[_Slot], k: int, free: _FreeIds) -> tuple | None:
     return min(options, key=lambda o: o[:3]) if options else None
 
 
-def _close_holes(slots: list[_Slot], holes: set[int]) -> None:
+def _foreign_ids(con, table: str, column: str, subject: int, slots: list[_Slot]) -> frozenset[int]:
+    """Ids other patients' rows hold within this patient's block (a side that closes a hole must not land on one)."""
+    if not slots:
+        return frozenset()
+    found = con.execute(
+        f"SELECT {column} FROM {table} WHERE {column} BETWEEN ? AND ? AND subject_id IS DISTINCT FROM ?",
+        [min(s.id for s in slots), max(s.id for s in slots), subject],
+    ).fetchall()
+    return frozenset(i for (i,) in found)
+
+
+def _close_holes(slots: list[_Slot], holes: set[int], foreign: frozenset[int] = frozenset()) -> None:
     """Ids moved rows left inside their patient's block (a hole real blocks do not have: demo labs, at most 6
-    between two of one patient's rows) closed: every row on the shorter side of each stretch of holes moves into
-    it, so the block ends there instead (its other gaps are kept as they are)."""
-    while inside := sorted(h for h in holes if slots and slots[0].id < h < slots[-1].id):
-        low = high = inside[0]
-        while high + 1 in holes:
-            high += 1
-        k = next(n for n, slot in enumerate(slots) if slot.id > high)
-        sides = [(slots[k:], low - high - 1), (slots[:k], high - low + 1)]
-        valid = [(len(run), shift, run) for run, shift in sides if not any(slot.pinned for slot in run)]
-        holes -= set(range(low, high + 1))
+    between two of one patient's rows) closed: for each gap between two neighbouring rows that holds holes, every
+    row on the shorter side moves by the number of holes in it, so the block ends there instead (its other gaps
+    are kept as they are). Moving one side keeps every other gap's width, so the holes per gap are counted once;
+    a side with a pinned row (a copied original), or one that would land on another patient's id, stays."""
+    ordered = sorted(holes)
+    widths = [
+        bisect.bisect_left(ordered, slots[k].id) - bisect.bisect_right(ordered, slots[k - 1].id)
+        for k in range(1, len(slots))
+    ]
+    for k, width in enumerate(widths, start=1):
+        if not width:
+            continue
+        sides = [(slots[k:], -width), (slots[:k], width)]
+        valid = [
+            (len(run), shift, run)
+            for run, shift in sides
+            if not any(slot.pinned or slot.id + shift in foreign for slot in run)
+        ]
         if valid:
             _, shift, run = min(valid, key=lambda v: v[:2])
             for slot in run:

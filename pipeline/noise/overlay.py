@@ -47,31 +47,58 @@ def _apply_patch(con: duckdb.DuckDBPyConnection, source: str, table: str, patch:
     keys, hide_name, rows = patch.key_columns, f"__hide_{table}", f"__rows_{table}"
     con.execute(f"CREATE OR REPLACE TEMP TABLE {hide_name} AS SELECT {', '.join(keys)} FROM {source} LIMIT 0")
     if patch.hide:
-        con.executemany(
-            f"INSERT INTO {hide_name} VALUES ({', '.join('?' for _ in keys)})",
-            [[key[c] for c in keys] for key in patch.hide],
-        )
+        _insert(con, hide_name, source, [{c: key[c] for c in keys} for key in patch.hide])
         on = " AND ".join(f"t.{c} IS NOT DISTINCT FROM h.{c}" for c in keys)
         con.execute(
             f"INSERT INTO temp.main.__gone_{table} SELECT t.rowid, 0 FROM {source} t "
             f"SEMI JOIN temp.main.{hide_name} h ON {on}"
         )
     if patch.add:
-        con.executemany(
-            f"INSERT INTO {rows} ({', '.join(columns)}, __sub) VALUES ({', '.join('?' for _ in columns)}, ?)",
-            [[row.get(c) for c in columns] + [n + 1] for n, row in enumerate(patch.add)],
-        )
+        _insert(con, rows, source, [{c: row.get(c) for c in columns} for row in patch.add], numbered=("__sub", 1))
         _place_added(con, source, rows, table)
     for column, moves in patch.renumber.items():
         _renumber(con, source, table, column, moves)
     con.execute(f"CREATE OR REPLACE TEMP VIEW __add_{table} AS SELECT * FROM temp.main.{rows} WHERE __sub > 0")
 
 
+_MOVES = {"old": pl.Int64, "new": pl.Int64}
+
+
+def _insert(
+    con: duckdb.DuckDBPyConnection,
+    target: str,
+    source: str,
+    rows: list[dict],
+    numbered: tuple[str, int] | None = None,
+) -> None:
+    """Insert rows (values as the patch holds them, ISO text for times too) into `target` by name, typed like
+    `source`'s columns, in one statement (a missing_record patch hides thousands of keys; `executemany` pays one
+    statement per row). `numbered=(column, start)` adds a column counting the rows from `start`."""
+    from pipeline.noise.guards import keys_frame
+
+    columns = list(rows[0])
+    schema = con.sql(f"SELECT {', '.join(columns)} FROM {source} LIMIT 0").pl().schema
+    frame = keys_frame(rows, schema).collect()
+    if numbered is not None:
+        name, start = numbered
+        frame = frame.with_row_index(name, offset=start).with_columns(pl.col(name).cast(pl.Int64))
+    con.register("__inserted", frame)
+    try:
+        listed = ", ".join(frame.columns)
+        con.execute(f"INSERT INTO {target} ({listed}) SELECT {listed} FROM __inserted")
+    finally:
+        con.unregister("__inserted")
+
+
 def _renumber(con: duckdb.DuckDBPyConnection, source: str, table: str, column: str, moves: dict[int, int]) -> None:
     """Source rows whose id the patch only changes: hidden at their position and shown again there with the new
     id (sub-positions below the sentinel's, so `__add_<table>` leaves them out: they are no noise rows)."""
     con.execute(f"CREATE OR REPLACE TEMP TABLE __moves_{table} (old BIGINT, new BIGINT)")
-    con.executemany(f"INSERT INTO __moves_{table} VALUES (?, ?)", sorted(moves.items()))
+    con.register("__moves", pl.DataFrame({"old": list(moves), "new": list(moves.values())}, schema=_MOVES))
+    try:
+        con.execute(f"INSERT INTO __moves_{table} SELECT old, new FROM __moves")
+    finally:
+        con.unregister("__moves")
     con.execute(
         f"INSERT INTO temp.main.__gone_{table} SELECT t.rowid, 0 FROM {source} t "
         f"SEMI JOIN temp.main.__moves_{table} m ON t.{column} = m.old"

@@ -88,7 +88,7 @@ class Evidence:
 
 def table_evidence(con, task) -> Evidence:
     """The task's evidence rows, one source row per key."""
-    table, key_columns, keys = evidence_table(task)
+    table, key_columns, keys = evidence_table(con, task)
     rows = frame_by_key(con, table, keys)
     if rows.height != len(keys):
         raise Rejected("evidence_keys_not_unique" if rows.height > len(keys) else "evidence_not_clean")

@@ -8,6 +8,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import polars as pl
 import yaml
 
 from pipeline.concepts import concept_key
@@ -51,6 +52,28 @@ def matching_rows(con, rule: dict, row: dict) -> list[dict]:
     )
     names = [d[0] for d in found.description]
     return [dict(zip(names, values)) for values in found.fetchall()]
+
+
+def all_matched(con, rule: dict, rows: list[dict]) -> bool:
+    """Every row finds a row as `matching_rows` does: one query for all of them, not one per row (a hidden
+    patient's prescriptions are checked against their pharmacy rows by the hundred)."""
+    if any(row[c] is None for row in rows for c in rule["match"]):
+        return False
+    if not rows:
+        return True
+    found = pl.DataFrame({f"__m{n}": [row[c] for row in rows] for n, c in enumerate(rule["match"])}).unique()
+    on = [f"{s} = r.__m{n}" for n, s in enumerate(rule["match"].values())]
+    where = " AND ".join([*on, *([f"({rule['where']})"] if "where" in rule else [])])
+    con.register("__matched_rows", found)
+    try:
+        unmatched = scalar(
+            con,
+            f"SELECT count(*) FROM __matched_rows r WHERE NOT EXISTS (SELECT 1 FROM {rule['table']} WHERE {where})",
+            list(rule.get("bounds", [])),
+        )
+    finally:
+        con.unregister("__matched_rows")
+    return unmatched == 0
 
 
 def _alike(sibling_value, before, after):

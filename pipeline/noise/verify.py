@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.db import scalar
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected
-from pipeline.noise.evidence import impossible_on_source, keyed_rows
+from pipeline.noise.evidence import impossible_on_source, keyed_rows, task_evidence
 from pipeline.noise.overlay import overlay, overlay_diff, polars_overlay
 from pipeline.noise.patch import Patch
 from pipeline.noise.recovery import check_recovery
@@ -226,10 +226,11 @@ def verify_pair(
 
 def impossible_evidence(con, task: CleanTask) -> bool:
     """The task's evidence rows (one measurement table) already hold an impossible number in the clean source."""
-    tables = {row["table_name"] for row in task.evidence}
+    evidence = task_evidence(con, task)
+    tables = {row["table_name"] for row in evidence}
     if len(tables) != 1:
         return False
-    keys = [{c: v for c, v in row.items() if c != "table_name"} for row in task.evidence]
+    keys = [{c: v for c, v in row.items() if c != "table_name"} for row in evidence]
     return impossible_on_source(con, tables.pop(), keys)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import duckdb
 from pydantic import BaseModel, ConfigDict
@@ -64,6 +65,7 @@ def fill_cells(
     want: int,
     drawing: InstantiationReport,
     on_cell: Callable[[int, int], None] | None = None,
+    snapshot: Path | None = None,
 ) -> tuple[dict[str, list[NoisePair]], Counter, dict[str, CellFill]]:
     """Pairs for the empty cells (by clean task id; one sub-type per task, a task fills one cell), the
     rejections met on the way by (template, sub-type, reason), and what each cell took; `drawing` counts the
@@ -72,7 +74,7 @@ def fill_cells(
     tasks, and stops at the batch that fills it)."""
     empty = empty_cells(verified, templates, subtypes)
     known = {t.task_id for t in tasks}
-    tables, by_id = Tables(con), {t.id: t for t in templates}
+    tables, by_id = Tables(con, snapshot=snapshot), {t.id: t for t in templates}
     drawn: dict[str, list[CleanTask]] = {}
     found: dict[str, list[NoisePair]] = {}
     rejected: Counter = Counter()
@@ -85,7 +87,7 @@ def fill_cells(
         fill = report[f"{intent}/{name}"] = CellFill(templates=[t.id for t in cell_templates])
         for start in range(0, len(queue), CHUNK):
             chunk = queue[start : start + CHUNK]
-            pairs, chunk_rejected = candidate_pairs(con, chunk, by_id, {name: subtypes[name]}, seed)
+            pairs, chunk_rejected = candidate_pairs(con, chunk, by_id, {name: subtypes[name]}, seed, snapshot=snapshot)
             rejected.update(chunk_rejected)
             fill.tried += len(chunk)
             fill.verified += len(pairs)

@@ -1,11 +1,11 @@
-"""Make verified pairs: every applicable sub-type tried on every clean task, one pair kept per task."""
+"""Verify (clean task, sub-type) attempts, in this process or a worker pool, and keep one pair per clean task."""
 
 from __future__ import annotations
 
-import multiprocessing
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -16,7 +16,113 @@ from pipeline.noise.verify import NoisePair, impossible_evidence, verify_pair
 from pipeline.templates.instantiate import CleanTask
 from pipeline.templates.programs import Tables
 from pipeline.templates.spec import Template
-from pipeline.workers import die_with_parent
+from pipeline.workers import spawn_pool
+
+Attempt = tuple[CleanTask, str]  # a clean task and the name of the sub-type to verify on it
+
+
+def verify_attempts(
+    con: duckdb.DuckDBPyConnection,
+    tables: Tables,
+    attempts: list[Attempt],
+    templates: dict[str, Template],
+    subtypes: dict[str, NoiseSubtype],
+    seed: int,
+) -> list[NoisePair | str]:
+    """Each attempt's verified pair, or the reason it was rejected. A task's clean evidence is checked for
+    impossible numbers once for all its attempts."""
+    impossible: dict[str, bool] = {}
+    results: list[NoisePair | str] = []
+    for task, name in attempts:
+        if task.task_id not in impossible:
+            impossible[task.task_id] = impossible_evidence(con, task)
+        if impossible[task.task_id]:
+            results.append(IMPOSSIBLE)  # the clean record needs mending before it answers
+            continue
+        template = templates[task.template_id]
+        try:
+            results.append(verify_pair(con, tables, task, template, subtypes[name], seed, evidence_possible=True))
+        except Rejected as exc:
+            results.append(exc.reason)
+    return results
+
+
+IMPOSSIBLE = "clean_evidence_impossible"
+CHUNK = 8  # attempts per unit of parallel work (small enough to balance two workers, large enough to amortise)
+_worker: dict = {}
+
+
+class Verifier:
+    """Verifies lists of attempts, in this process or (`workers` > 1) in a pool of spawn-started processes, each
+    on its own read-only connection, that lives as long as the `with` block. Every pair is seeded by its task and
+    sub-type, so the results do not depend on the number of workers; they come back in the attempts' order."""
+
+    def __init__(
+        self,
+        con,
+        templates: dict[str, Template],
+        subtypes: dict[str, NoiseSubtype],
+        seed: int,
+        workers: int = 1,
+        snapshot: Path | None = None,
+    ):
+        self.con, self.templates, self.subtypes, self.seed, self.workers = con, templates, subtypes, seed, workers
+        self.snapshot = snapshot  # the source's Parquet snapshot: whole tables scanned lazily, not held
+        self.tables = Tables(con, snapshot=snapshot)
+        self.pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> Verifier:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+    def __call__(self, attempts: list[Attempt], on_chunk: Callable[[int], None] | None = None) -> list[NoisePair | str]:
+        """Results in the attempts' order; `on_chunk(attempts done)` after each chunk."""
+        if self.workers <= 1 or len(attempts) <= CHUNK:
+            results = verify_attempts(self.con, self.tables, attempts, self.templates, self.subtypes, self.seed)
+            if on_chunk:
+                on_chunk(len(attempts))
+            return results
+        if self.pool is None:
+            self.pool = spawn_pool(
+                self.workers,
+                _start_worker,
+                (database_path(self.con), self.templates, self.subtypes, self.seed, self.snapshot),
+            )
+        chunks = [attempts[i : i + CHUNK] for i in range(0, len(attempts), CHUNK)]
+        results, done = [], 0
+        for chunk, chunk_results in zip(chunks, self.pool.map(_verify_chunk, chunks), strict=True):
+            results += chunk_results
+            done += len(chunk)
+            if on_chunk:
+                on_chunk(done)
+        return results
+
+
+def _start_worker(db_path: str, templates, subtypes, seed: int, snapshot: Path | None) -> None:
+    con = open_source(db_path)
+    _worker.update(con=con, tables=Tables(con, snapshot=snapshot), templates=templates, subtypes=subtypes, seed=seed)
+
+
+def _verify_chunk(attempts: list[Attempt]) -> list[NoisePair | str]:
+    w = _worker
+    return verify_attempts(w["con"], w["tables"], attempts, w["templates"], w["subtypes"], w["seed"])
+
+
+def collect(
+    attempts: list[Attempt], results: list[NoisePair | str], templates: dict[str, Template]
+) -> tuple[dict[str, list[NoisePair]], Counter]:
+    """Verified pairs by clean task id (in the attempts' order) and rejections by (template, sub-type, reason)."""
+    verified: dict[str, list[NoisePair]] = {}
+    rejected: Counter[tuple[str, str, str]] = Counter()
+    for (task, name), result in zip(attempts, results, strict=True):
+        if isinstance(result, NoisePair):
+            verified.setdefault(task.task_id, []).append(result)
+        else:
+            rejected[(templates[task.template_id].id, name, result)] += 1
+    return verified, rejected
 
 
 def candidate_pairs(
@@ -27,64 +133,18 @@ def candidate_pairs(
     seed: int,
     on_task: Callable[[int], None] | None = None,
     workers: int = 1,
+    snapshot: Path | None = None,
 ) -> tuple[dict[str, list[NoisePair]], Counter]:
-    """Per clean task, every verified pair (one per applicable sub-type); rejections counted by
-    (template, sub-type, reason). With `workers` > 1, chunks of tasks run in worker processes, each on its
-    own read-only connection; every pair is seeded by its task and sub-type, so the result is the same."""
-    if workers > 1 and len(tasks) > CHUNK:
-        return _parallel_pairs(database_path(con), tasks, templates, subtypes, seed, on_task, workers)
-    tables = Tables(con)
-    verified: dict[str, list[NoisePair]] = {}
-    rejected: Counter[tuple[str, str, str]] = Counter()
-    for done, task in enumerate(tasks, start=1):
-        template = templates[task.template_id]
-        impossible = None  # the clean evidence already holds an impossible number: checked once per task
-        for name, subtype in subtypes.items():
-            if not subtype.applies(template):
-                continue
-            if impossible is None:
-                impossible = impossible_evidence(con, task)
-            try:
-                pair = verify_pair(con, tables, task, template, subtype, seed, evidence_possible=not impossible)
-            except Rejected as exc:
-                rejected[(template.id, name, exc.reason)] += 1
-                continue
-            verified.setdefault(task.task_id, []).append(pair)
-        if on_task:
-            on_task(done)
-    return verified, rejected
-
-
-CHUNK = 8  # tasks per unit of parallel work (small enough to balance two workers, large enough to amortise)
-_worker: dict = {}
-
-
-def _start_worker(db_path: str, templates: dict[str, Template], subtypes: dict[str, NoiseSubtype], seed: int) -> None:
-    die_with_parent()
-    _worker.update(con=open_source(db_path), templates=templates, subtypes=subtypes, seed=seed)
-
-
-def _pairs_of_chunk(tasks: list[CleanTask]) -> tuple[dict[str, list[NoisePair]], Counter]:
-    return candidate_pairs(_worker["con"], tasks, _worker["templates"], _worker["subtypes"], _worker["seed"])
-
-
-def _parallel_pairs(db_path, tasks, templates, subtypes, seed, on_task, workers):
-    """Chunks in task order through a spawn-started pool; results merged in submission order."""
-    chunks = [tasks[i : i + CHUNK] for i in range(0, len(tasks), CHUNK)]
-    verified: dict[str, list[NoisePair]] = {}
-    rejected: Counter[tuple[str, str, str]] = Counter()
-    done = 0
-    context = multiprocessing.get_context("spawn")  # no fork of a process holding DuckDB threads
-    with ProcessPoolExecutor(
-        workers, mp_context=context, initializer=_start_worker, initargs=(db_path, templates, subtypes, seed)
-    ) as pool:
-        for chunk, (chunk_verified, chunk_rejected) in zip(chunks, pool.map(_pairs_of_chunk, chunks), strict=True):
-            verified.update(chunk_verified)
-            rejected.update(chunk_rejected)
-            done += len(chunk)
-            if on_task:
-                on_task(done)
-    return verified, rejected
+    """Every applicable sub-type tried on every clean task: per task, every verified pair (in sub-type order);
+    rejections counted by (template, sub-type, reason). `on_task(attempts done)` reports progress."""
+    attempts = [
+        (task, name)
+        for task in tasks
+        for name, subtype in subtypes.items()
+        if subtype.applies(templates[task.template_id])
+    ]
+    with Verifier(con, templates, subtypes, seed, workers, snapshot) as verify:
+        return collect(attempts, verify(attempts, on_task), templates)
 
 
 def choose_pairs(verified: dict[str, list[NoisePair]], seed: int) -> list[NoisePair]:

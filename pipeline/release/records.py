@@ -11,6 +11,7 @@ from pipeline.noise.patch import Patch
 from pipeline.noise.verify import NoisePair
 from pipeline.release.splits import subject_of
 from pipeline.templates.answers import AnswerFormat, AnswerValue, answer_format
+from pipeline.templates.instantiate import EVIDENCE_INLINE_MAX
 from pipeline.templates.spec import Answer
 
 
@@ -72,7 +73,6 @@ class PatchRecord(BaseModel):
 
 # A population question's evidence can be most of a large table (every heart rate of every stay: 135,853 keys on
 # 1,000 synthetic patients, 14 MB of JSON per label); above this many rows a label keeps the query, not the rows.
-EVIDENCE_INLINE_MAX = 1_000
 
 
 def opaque_id(pair_id: str, condition: str) -> str:
@@ -100,8 +100,8 @@ def records_of(pair: NoisePair, split: str, spec: Answer) -> tuple[list[TaskReco
     )
     common |= {
         "evidence_sql": clean.evidence_sql,
-        "evidence_rows": len(clean.evidence),
-        "evidence": clean.evidence if len(clean.evidence) <= EVIDENCE_INLINE_MAX else None,
+        "evidence_rows": len(clean.evidence) if clean.evidence_rows is None else clean.evidence_rows,
+        "evidence": clean.evidence if (clean.evidence_rows or len(clean.evidence)) <= EVIDENCE_INLINE_MAX else None,
     }
     ids = {c: opaque_id(pair.pair_id, c) for c in ("clean", "noise")}
     visible = {

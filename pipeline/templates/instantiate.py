@@ -5,22 +5,28 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import numpy as np
+import polars as pl
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.atomic import atomic_output
 from pipeline.concepts import concept_key, display_value
+from pipeline.db import database_path, open_source
 from pipeline.templates.answers import AnswerShapeError, AnswerValue, answers_agree, canonical_answer, is_empty
 from pipeline.templates.programs import Tables, load_python_program, run_sql, tables_for
 from pipeline.templates.render import render, render_sampler, render_sql
 from pipeline.templates.spec import Template
+from pipeline.workers import spawn_pool
 
 OVERSAMPLE = 4  # candidates tried per wanted task, so that drops can be made up
+# Evidence rows a task carries inline; a population question's can be every result of a lab in the database (40,000
+# rows a task at 10,000 synthetic patients), so beyond this its evidence_sql is run again where all are needed.
+EVIDENCE_INLINE_MAX = 1_000
 
 
 class CleanTask(BaseModel):
@@ -39,7 +45,8 @@ class CleanTask(BaseModel):
     answer: AnswerValue
     python_answer: AnswerValue
     evidence_sql: str  # the evidence query rendered with the slots: on the source it returns `evidence`
-    evidence: list[dict[str, Any]]
+    evidence: list[dict[str, Any]]  # its first EVIDENCE_INLINE_MAX rows (sorted); `task_evidence` gives them all
+    evidence_rows: int | None = None  # how many rows evidence_sql returns (None: all of them are inline)
 
 
 class InstantiationReport(BaseModel):
@@ -90,28 +97,38 @@ def sample_slots(
     con: duckdb.DuckDBPyConnection, template: Template, count: int, rng: np.random.Generator
 ) -> list[dict]:
     """Up to `count` candidate slot rows drawn without replacement from the sampler's (sorted) result, one per
-    concept (`one_per_concept`)."""
+    concept (`one_per_concept`). The rows stay a frame until the draw: a sampler can give millions (every patient x
+    diagnosis pair at 10,000 patients)."""
     names, sampler = list(template.spec.slots), render_sampler(template.spec.sampler)
-    rows = con.sql(f"SELECT DISTINCT {', '.join(names)} FROM ({sampler}) ORDER BY ALL").fetchall()
-    rows = one_per_concept(template, names, rows)
-    if not rows:
+    frame = one_per_concept(template, con.sql(f"SELECT DISTINCT {', '.join(names)} FROM ({sampler}) ORDER BY ALL").pl())
+    if frame.is_empty():
         return []
-    picks = rng.choice(len(rows), size=min(count, len(rows)), replace=False)
-    return [dict(zip(names, rows[i], strict=True)) for i in picks]
+    picks = rng.choice(frame.height, size=min(count, frame.height), replace=False)
+    return [frame.row(int(i), named=True) for i in picks]
 
 
-def one_per_concept(template: Template, names: list[str], rows: list[tuple]) -> list[tuple]:
+def one_per_concept(template: Template, frame: pl.DataFrame) -> pl.DataFrame:
     """Rows with concept slots in display form, one row per concept: variants of a name ('LaMOTrigine',
-    'LamoTRIgine') are one candidate, shown as the first in the rows' order shows it."""
-    vocabularies = [template.spec.slots[name].vocabulary for name in names]
-    seen, kept = set(), []
-    for row in rows:
-        shown = tuple(display_value(v, value) for v, value in zip(vocabularies, row, strict=True))
-        key = tuple(concept_key(value) if v else value for v, value in zip(vocabularies, shown, strict=True))
-        if key not in seen:
-            seen.add(key)
-            kept.append(shown)
-    return kept
+    'LamoTRIgine') are one candidate, shown as the first in the rows' order shows it. Each distinct name is
+    rewritten once, not once per row."""
+    concept = [
+        name for name in frame.columns if template.spec.slots[name].vocabulary and frame[name].dtype == pl.String
+    ]
+    if not concept:
+        return frame
+    keys = []
+    for name in concept:
+        vocabulary, names = template.spec.slots[name].vocabulary, frame[name].unique().drop_nulls().to_list()
+        shown = [display_value(vocabulary, value) for value in names]
+        forms = pl.DataFrame(
+            {name: names, f"__shown_{name}": shown, f"__key_{name}": [concept_key(v) for v in shown]},
+            schema={name: pl.String, f"__shown_{name}": pl.String, f"__key_{name}": pl.String},
+        )
+        frame = frame.join(forms, on=name, how="left", maintain_order="left")
+        frame = frame.with_columns(pl.col(f"__shown_{name}").alias(name)).drop(f"__shown_{name}")
+        keys.append(f"__key_{name}")
+    others = [name for name in frame.columns if name not in concept and not name.startswith("__key_")]
+    return frame.unique(subset=[*keys, *others], keep="first", maintain_order=True).drop(keys)
 
 
 def task_id(template: Template, slots: dict[str, Any]) -> str:
@@ -136,8 +153,8 @@ def _attempt(con, tables, template, gold_python, slots, report_drop) -> CleanTas
         return report_drop("sql_python_disagree")
     report_drop.agreed()
     evidence_sql = render_sql(template.evidence_sql, slots).strip()
-    evidence = con.sql(f"SELECT * FROM ({evidence_sql}) ORDER BY ALL").pl().to_dicts()
-    if not evidence:
+    evidence = con.sql(f"SELECT * FROM ({evidence_sql}) ORDER BY ALL").pl()
+    if evidence.is_empty():
         return report_drop("no_evidence")
     return CleanTask(
         task_id=task_id(template, slots),
@@ -151,8 +168,14 @@ def _attempt(con, tables, template, gold_python, slots, report_drop) -> CleanTas
         answer=sql_answer,
         python_answer=python_answer,
         evidence_sql=evidence_sql,
-        evidence=[{k: _jsonable(v) for k, v in row.items()} for row in evidence],
+        evidence=jsonable_rows(evidence.head(EVIDENCE_INLINE_MAX)),
+        evidence_rows=evidence.height,
     )
+
+
+def jsonable_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    """A frame's rows as dicts with times and dates as ISO text (as tasks store them)."""
+    return [{k: _jsonable(v) for k, v in row.items()} for row in frame.iter_rows(named=True)]
 
 
 class _DropCounter:
@@ -178,18 +201,53 @@ def instantiate(
     per_template: int,
     seed: int,
     on_template: Callable[[Template, int], None] | None = None,
+    workers: int = 1,
+    snapshot: Path | None = None,
 ) -> tuple[list[CleanTask], InstantiationReport]:
-    """Up to `per_template` agreeing tasks per template; everything dropped is counted by reason."""
-    tables, report, tasks = Tables(con), InstantiationReport(), []
-    for template in templates:
-        kept = instantiate_template(con, tables, template, per_template, template_rng(template.id, seed), report)
+    """Up to `per_template` agreeing tasks per template; everything dropped is counted by reason. With `workers`
+    > 1, templates are instantiated in worker processes (each draws from its own seeded generator, so the tasks
+    and the report are the same). `snapshot`: the source's Parquet snapshot (`Tables`)."""
+    report, tasks = InstantiationReport(), []
+    results = _per_template(con, templates, per_template, seed, workers, snapshot)
+    for template, (kept, part) in zip(templates, results, strict=True):
+        report.kept[template.id] = len(kept)
+        report.dropped[template.id] = part.dropped.get(template.id, {})
+        report.compared += part.compared
+        report.agreed += part.agreed
         if len(kept) < per_template:
             report.shortfall[template.id] = per_template - len(kept)
-        report.kept[template.id] = len(kept)
         tasks.extend(kept)
         if on_template:
             on_template(template, len(kept))
     return tasks, report
+
+
+def _per_template(con, templates: list[Template], per_template: int, seed: int, workers: int, snapshot) -> Iterator:
+    """(kept tasks, its own report) per template, in the templates' order."""
+    if workers <= 1 or len(templates) <= 1:
+        tables = Tables(con, snapshot=snapshot)
+        for template in templates:
+            yield _one_template(con, tables, template, per_template, seed)
+        return
+    with spawn_pool(workers, _start_instantiator, (database_path(con), snapshot)) as pool:
+        yield from pool.map(_instantiate_in_worker, templates, [per_template] * len(templates), [seed] * len(templates))
+
+
+def _one_template(con, tables: Tables, template: Template, per_template: int, seed: int) -> tuple:
+    part = InstantiationReport()
+    return instantiate_template(con, tables, template, per_template, template_rng(template.id, seed), part), part
+
+
+_instantiator: dict = {}
+
+
+def _start_instantiator(db_path: str, snapshot: Path | None) -> None:
+    con = open_source(db_path)
+    _instantiator.update(con=con, tables=Tables(con, snapshot=snapshot))
+
+
+def _instantiate_in_worker(template: Template, per_template: int, seed: int) -> tuple:
+    return _one_template(_instantiator["con"], _instantiator["tables"], template, per_template, seed)
 
 
 def more_tasks(

@@ -10,6 +10,7 @@ import duckdb
 import polars as pl
 
 from pipeline.source.schema import load_schema
+from pipeline.source.snapshot import table_file
 from pipeline.templates.render import render_sql
 from pipeline.templates.spec import Template
 
@@ -17,31 +18,42 @@ from pipeline.templates.spec import Template
 class Tables:
     """The source's tables as polars frames for gold Python programs.
 
-    Always read from the source catalog by its qualified name, so an active SQL overlay is never seen (the
-    Python side gets its noisy data from `replaced`, an independent polars overlay). Whole tables are read
-    once and shared; `for_subject` gives a view whose patient tables hold only one patient's rows (a patient
-    question's program needs no more, and a zone-mapped subject filter makes this O(patient), not O(table)).
+    Always read from the source catalog by its qualified name (or its snapshot), so an active SQL overlay is never
+    seen (the Python side gets its noisy data from `replaced`, an independent polars overlay). `for_subject` gives
+    a view whose patient tables hold only one patient's rows (a patient question's program needs no more, and a
+    zone-mapped subject filter makes this O(patient), not O(table)). Whole tables are scanned lazily from the
+    source's Parquet `snapshot` (`pipeline.source.snapshot`) when one is given, so a process holds only what a
+    program's filters keep; without one they are read into memory once and shared.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, subject_id: int | None = None, shared: dict | None = None):
-        self._con, self._subject = con, subject_id
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        subject_id: int | None = None,
+        shared: dict | None = None,
+        snapshot: Path | None = None,
+    ):
+        self._con, self._subject, self._snapshot = con, subject_id, snapshot
         self._catalog = con.sql("SELECT current_database()").fetchall()[0][0]
         self._frames: dict[str, pl.DataFrame | pl.LazyFrame] = {}  # this view's own (scoped or replaced) frames
-        self._shared: dict[str, pl.DataFrame] = {} if shared is None else shared  # whole tables
+        self._shared: dict[str, pl.DataFrame | pl.LazyFrame] = {} if shared is None else shared  # whole tables
+
+    def _view(self, subject_id: int | None) -> Tables:
+        return Tables(self._con, subject_id, self._shared, self._snapshot)
 
     def for_subject(self, subject_id: int | None) -> Tables:
         """A view of the same source scoped to one patient (None: whole tables)."""
-        return Tables(self._con, subject_id, self._shared) if subject_id is not None else self
+        return self._view(subject_id) if subject_id is not None else self
 
     def whole(self) -> Tables:
         """The unscoped view (whole tables) of the same source, e.g. for a dictionary look-up."""
-        view = Tables(self._con, None, self._shared)
+        view = self._view(None)
         view._frames = {} if self._subject is not None else dict(self._frames)  # a scoped frame is not a whole table
         return view
 
     def replaced(self, frames: dict[str, pl.DataFrame | pl.LazyFrame]) -> Tables:
         """The same view with some frames replaced (a noisy overlay built in polars); the rest are shared."""
-        view = Tables(self._con, self._subject, self._shared)
+        view = self._view(self._subject)
         view._frames = {**self._frames, **frames}
         return view
 
@@ -55,7 +67,11 @@ class Tables:
             ).pl()
             return self._frames[name].lazy()
         if name not in self._shared:
-            self._shared[name] = self._con.sql(f"SELECT * FROM {source}").pl()
+            self._shared[name] = (
+                pl.scan_parquet(table_file(self._snapshot, name))
+                if self._snapshot is not None
+                else self._con.sql(f"SELECT * FROM {source}").pl()
+            )
         return self._shared[name].lazy()
 
 

@@ -142,9 +142,9 @@ def _repairs_a_touched_row(con: duckdb.DuckDBPyConnection, table: str, cols: dic
     if not patch.add or not cols:
         return False
     differs = " OR ".join(f"(({expr}) IS DISTINCT FROM t.{col})" for col, expr in cols.items())
-    return (
-        scalar(con, f"SELECT count(*) FROM {table} t WHERE {_among(patch.add, patch.key_columns)} AND ({differs})") > 0
-    )
+    # the overlay's own added rows (`__add_<table>`), not a key filter over the whole overlay: a copy that keeps
+    # its original's key would find the original too, and the scan of a large overlay costs ~0.1 s a pair
+    return scalar(con, f"SELECT count(*) FROM temp.main.__add_{table} t WHERE {differs}") > 0
 
 
 @strategy("sibling_table")

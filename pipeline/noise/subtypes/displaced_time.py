@@ -72,7 +72,8 @@ TIME_COLUMNS = {
 class DisplacedTime(NoiseSubtype):
     name = "displaced_time"
     level = "record"
-    version = 13  # 13: a moved lab or microbiology row takes the id its new time gives it among its patient's
+    version = 14  # 14: the holes moved rows leave closed gap by gap, never onto another row's id
+    # 13: a moved lab or microbiology row takes the id its new time gives it among its patient's
     # (id_order.py: blind audit 38 found a displaced lab's ids out of time order)
     # 12: ICU procedure events move (displaced_time.yaml `procedureevents`: none lies outside its stay
     # by the routine lead on the demo), so diagnosis_procedure has displaced_time pairs; no shift is a whole number
@@ -97,7 +98,7 @@ class DisplacedTime(NoiseSubtype):
         return super().applies(template) and bool(template.evidence_tables & set(TIME_COLUMNS))
 
     def make(self, con, task, template, rng):
-        table, key_columns, keys = evidence_table(task)
+        table, key_columns, keys = evidence_table(con, task)
         enc = parent_encounter(template, table)
         if table not in TIME_COLUMNS:
             raise Rejected("evidence_has_no_event_time")

@@ -45,7 +45,9 @@ def impossible_expr(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) 
 class ImplausibleValue(NoiseSubtype):
     name = "implausible_value"
     level = "value"
-    version = 8  # 8: nor any member of a `solvable` relation beside the others (siblings.yaml derivations: blind
+    version = 9  # 9: ranges for 18 more labs (plausibility.yaml: whole-blood electrolytes, enzymes, troponin, urine pH
+    # and specific gravity, ...; population questions asked about them and found no range)
+    # 8: nor any member of a `solvable` relation beside the others (siblings.yaml derivations: blind
     # audit 37 rebuilt an impossible bicarbonate as 25 from its sample's sodium, chloride and anion gap)
     # 7: not a blood gas's oxygen saturation its pO2 computes, nor that pO2 (siblings.yaml
     # derivations: blind audit 33)
@@ -58,7 +60,7 @@ class ImplausibleValue(NoiseSubtype):
     # 2: a decimal slip at the item's real precision, not a round multiple of the bound
 
     def make(self, con, task, template, rng):
-        table, key_columns, keys = evidence_table(task)
+        table, key_columns, keys = evidence_table(con, task)
         facts, ranges = measurement_tables().get(table), plausible_ranges().get(table, {})
         if facts is None:
             raise Rejected("not_a_measurement_table")

@@ -19,7 +19,7 @@ from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.id_order import ID_ORDER, in_id_order
 from pipeline.noise.measurements import measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
-from pipeline.noise.siblings import matching_rows, record_rules, witnessed
+from pipeline.noise.siblings import all_matched, record_rules, witnessed
 from pipeline.noise.slot_swap import concept_slots
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
@@ -39,7 +39,9 @@ ANSWERED_BY_ABSENCE = (AnswerType.count, AnswerType.boolean, AnswerType.list)
 class MissingRecord(NoiseSubtype):
     name = "missing_record"
     level = "record"
-    version = 7  # 7: hidden labs leave no hole in the patient's labevent_ids (`_without_holes`); a measurement's
+    version = 8  # 8: each gap of hidden rows closed once by its own count (a block with two gaps kept a hole or gave
+    # an id twice: each of the 7 demo candidates whose closing changed had taken an id already held)
+    # 7: hidden labs leave no hole in the patient's labevent_ids (`_without_holes`); a measurement's
     # gap runs 2-12 h past the question's window on each side (`_beyond_the_window`:
     # blind audit 38 saw a patient's hourly rows vanish exactly inside the asked window)
     # 6: nor prescriptions whose pharmacy rows keep what the question reads (siblings.yaml `records`:
@@ -65,7 +67,7 @@ class MissingRecord(NoiseSubtype):
         )
 
     def make(self, con, task, template, rng):
-        table, _, _ = evidence_table(task)
+        table, _, _ = evidence_table(con, task)
         hidden = candidate_keys(con, task, template, at_most=MAX_HIDDEN)
         if not hidden or len(hidden) > MAX_HIDDEN:
             raise Rejected("too_many_candidate_rows" if hidden else "no_candidate_rows")
@@ -99,9 +101,7 @@ def _without_holes(con, table: str, patch: Patch, rows: list[dict], hidden: list
         return patch, hidden
     if not order.natural:  # no key to find the rows by once ids move
         raise Rejected("hidden_rows_leave_id_holes")
-    closed = in_id_order(con, patch, hides_too=True)
-    if closed.tables[table].renumbered > MAX_RENUMBERED:
-        raise Rejected("too_many_ids_to_renumber")  # an overlay of tens of thousands of renumbered rows per episode
+    closed = in_id_order(con, patch, hides_too=True, at_most=MAX_RENUMBERED)
     return closed, [{c: row[c] for c in order.natural} for row in rows]
 
 
@@ -113,7 +113,7 @@ def _recorded_elsewhere(con, table: str, rows: list[dict], template) -> bool:
         if "keeps" not in rule:  # the sibling records the encounter, not its columns (an admission's transfers)
             continue
         kept = {*rule["keeps"], *rule["match"], *rule.get("keys", [])}
-        if read <= kept and all(matching_rows(con, rule, row) for row in rows):
+        if read <= kept and all_matched(con, rule, rows):
             return True
     return False
 

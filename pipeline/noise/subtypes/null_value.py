@@ -58,7 +58,7 @@ class NullValue(NoiseSubtype):
         return super().applies(template) and template.spec.scope.value == "patient"
 
     def make(self, con, task, template, rng):
-        table, key_columns, keys = evidence_table(task)
+        table, key_columns, keys = evidence_table(con, task)
         facts = measurement_tables().get(table)
         number = facts.number if facts else read_value_column(table, task.gold_sql)
         if number is None:

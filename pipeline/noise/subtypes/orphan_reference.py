@@ -52,7 +52,7 @@ class OrphanReference(NoiseSubtype):
         )
 
     def make(self, con, task, template, rng):
-        table, _, keys = evidence_table(task)
+        table, _, keys = evidence_table(con, task)
         enc = parent_encounter(template, table)
         if not needs_encounter(template, enc):
             raise Rejected("children_answer_without_parent")

@@ -1,0 +1,148 @@
+"""Plan-first pairs: each clean task tries the sub-type its cell needs most, and the next one only on rejection.
+
+Verifying every applicable sub-type of every task and publishing one pair per task throws most of the work away
+(the demo release of session 20: 851 verified for 172 published). Here the tasks go in a seeded order, in waves:
+in each wave every task still without a pair takes one untried sub-type: of the noise level its template holds
+the fewest pairs of (verified, or planned earlier in the wave), the sub-type the template holds the fewest of,
+then by name. The whole wave is verified (in parallel when there are workers), and the rejected tasks go on to
+the next wave. So each template's tasks spread evenly over its levels and sub-types, as far as they verify, and
+the scope x level cells of the test split fill with every template that can serve them. A sub-type that a
+template has rejected `DEAD_AFTER` times without one pair is tried on its further tasks only after the others.
+Everything is counted per template, so neither the worker count nor the sharding of templates changes a pair.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.noise.base import NoiseSubtype
+from pipeline.noise.verify import NoisePair
+from pipeline.release.pairs import IMPOSSIBLE, Attempt, Verifier, collect
+from pipeline.templates.instantiate import CleanTask
+from pipeline.templates.spec import Template
+
+DEAD_AFTER = 6  # rejections of one template x sub-type, with no pair, after which it is tried last
+
+
+class PlanReport(BaseModel):
+    """How much verification the plan spent: attempts per wave, and tasks left without a pair."""
+
+    model_config = ConfigDict(extra="forbid")
+    tasks: int = 0
+    attempts: int = 0
+    verified: int = 0
+    waves: list[int] = []  # attempts per wave
+    without_pair: int = 0  # tasks whose every applicable sub-type was rejected (or none applies)
+
+
+def planned_pairs(
+    con: duckdb.DuckDBPyConnection,
+    tasks: list[CleanTask],
+    templates: dict[str, Template],
+    subtypes: dict[str, NoiseSubtype],
+    seed: int,
+    on_attempt: Callable[[int, int], None] | None = None,
+    workers: int = 1,
+    per_cell: int | None = None,
+    snapshot: Path | None = None,
+) -> tuple[dict[str, list[NoisePair]], Counter, PlanReport]:
+    """At most one verified pair per clean task (by task id), the rejections by (template, sub-type, reason) and
+    the plan's report. `per_cell` caps a template's pairs of one sub-type (a template holding `per_cell` pairs of
+    an intent x scope x level x sub-type cell can fill the build's cap of that cell alone): it is not attempted
+    again. `on_attempt(done, planned so far)` reports progress; `snapshot` is the source's Parquet snapshot."""
+    options = {t.task_id: [n for n, s in subtypes.items() if s.applies(templates[t.template_id])] for t in tasks}
+    pending = sorted(
+        (t for t in tasks if options[t.task_id]),
+        key=lambda t: hashlib.sha256(f"{seed}:plan:{t.task_id}".encode()).digest(),
+    )
+    state = _PlanState(subtypes, per_cell)
+    verified: dict[str, list[NoisePair]] = {}
+    rejected: Counter = Counter()
+    report = PlanReport(tasks=len(tasks))
+    with Verifier(con, templates, subtypes, seed, workers, snapshot) as verify:
+        while pending:
+            wave = [(task, name) for task in pending if (name := state.choose(task, options[task.task_id]))]
+            if not wave:
+                break
+            report.waves.append(len(wave))
+            results = verify(wave, _progress(on_attempt, report.attempts, len(wave)))
+            report.attempts += len(wave)
+            wave_verified, wave_rejected = collect(wave, results, templates)
+            verified.update(wave_verified)
+            rejected.update(wave_rejected)
+            pending = state.settle(wave, results)
+    report.verified = len(verified)
+    report.without_pair = len(tasks) - len(verified)
+    return verified, rejected, report
+
+
+def _progress(on_attempt: Callable[[int, int], None] | None, before: int, size: int) -> Callable[[int], None] | None:
+    """A wave's progress as the whole plan's: (attempts done, attempts planned so far)."""
+    return None if on_attempt is None else lambda n: on_attempt(before + n, before + size)
+
+
+class _PlanState:
+    """Pairs per cell (verified, plus planned in the current wave), what each task tried, and each template x
+    sub-type's record."""
+
+    def __init__(self, subtypes: dict[str, NoiseSubtype], per_cell: int | None):
+        self.subtypes, self.per_cell = subtypes, per_cell
+        self.cells: Counter[tuple] = Counter()
+        self.tried: dict[str, set[str]] = {}
+        self.record: dict[tuple[str, str], list[int]] = {}  # (template, sub-type) -> [pairs, rejections]
+
+    def _cells(self, task: CleanTask, name: str) -> tuple[tuple, tuple]:
+        """The task's template's level and sub-type cells: a template's tasks spread over its levels, then over each
+        level's sub-types (per template, so that splitting an intent's templates into shards changes nothing)."""
+        level = self.subtypes[name].level
+        return (task.template_id, level), (task.template_id, level, name)
+
+    def _dead(self, task: CleanTask, name: str) -> bool:
+        pairs, rejections = self.record.get((task.template_id, name), [0, 0])
+        return pairs == 0 and rejections >= DEAD_AFTER
+
+    def choose(self, task: CleanTask, names: list[str]) -> str | None:
+        """The untried sub-type this task should try next (and count it as planned), or None."""
+        tried = self.tried.setdefault(task.task_id, set())
+        open_names = [
+            n
+            for n in names
+            if n not in tried and (self.per_cell is None or self.cells[self._cells(task, n)[1]] < self.per_cell)
+        ]
+        if not open_names:
+            return None
+        name = min(
+            open_names,
+            key=lambda n: (
+                self._dead(task, n),
+                self.cells[self._cells(task, n)[0]],
+                self.cells[self._cells(task, n)[1]],
+                n,
+            ),
+        )
+        tried.add(name)
+        for cell in self._cells(task, name):
+            self.cells[cell] += 1
+        return name
+
+    def settle(self, wave: list[Attempt], results: list[NoisePair | str]) -> list[CleanTask]:
+        """Record the wave's results: a rejected attempt no longer counts as planned; its task goes on (unless its
+        clean evidence is impossible, which no sub-type mends)."""
+        pending = []
+        for (task, name), result in zip(wave, results, strict=True):
+            record = self.record.setdefault((task.template_id, name), [0, 0])
+            if isinstance(result, NoisePair):
+                record[0] += 1
+                continue
+            record[1] += 1
+            for cell in self._cells(task, name):
+                self.cells[cell] -= 1
+            if result != IMPOSSIBLE:
+                pending.append(task)
+        return pending
