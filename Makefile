@@ -10,7 +10,8 @@ CHART  := $(SHARED)/chartevents-from-meds/chartevents.csv.gz
 DATA   := data
 PATIENTS ?= 1000
 SEED   ?= 0
-PER_TEMPLATE ?= 2
+PER_TEMPLATE ?= 130
+WORKERS ?= 2
 VERSION ?= synthetic-$(PATIENTS)-seed$(SEED)
 
 .PHONY: run demo test test-fast lint venv bench clean
@@ -30,7 +31,7 @@ AIRFLOW_DIR := $(CURDIR)/.airflow
 AIRFLOW_ENV := AIRFLOW_HOME=$(AIRFLOW_DIR) AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
                GX_ANALYTICS_ENABLED=false
 RUN_CONF := {"patients": $(PATIENTS), "source_seed": $(SEED), "seed": $(SEED), "per_template": $(PER_TEMPLATE), \
-             "version": "$(VERSION)", "data_dir": "$(CURDIR)/$(DATA)"}
+             "pair_workers": $(WORKERS), "version": "$(VERSION)", "data_dir": "$(CURDIR)/$(DATA)"}
 
 $(AIRFLOW_DIR)/airflow.db: $(STAMP)
 	@mkdir -p $(AIRFLOW_DIR)

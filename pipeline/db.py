@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ def open_source(path: str | Path) -> duckdb.DuckDBPyConnection:
     and a worker process would otherwise print one bar per slow query into the log)."""
     con = duckdb.connect(str(path), read_only=True)
     con.execute("SET enable_progress_bar = false")  # a session option: it cannot go into connect's config
+    if memory := os.environ.get("EHRGYM_DUCKDB_MEMORY"):
+        con.execute("SET memory_limit = ?", [memory])
     return con
 
 

@@ -229,3 +229,24 @@ def test_a_task_carries_its_first_evidence_rows_and_task_evidence_gives_them_all
         assert len(evidence_table(con, task)[2]) == task.evidence_rows
         small = task.model_copy(update={"evidence_rows": None})  # a task that carries all of its rows
         assert task_evidence(con, small) is small.evidence
+
+
+def test_evidence_rows_become_the_same_iso_text_row_by_row_or_column_by_column():
+    """jsonable_rows (polars, column by column) writes times and dates exactly as the per-value `_jsonable` does."""
+    import datetime as dt
+
+    import polars as pl
+
+    from pipeline.templates.instantiate import _jsonable, jsonable_rows
+
+    frame = pl.DataFrame(
+        {
+            "id": [1, None, 3],
+            "charttime": [dt.datetime(2150, 1, 2, 3, 4, 5), None, dt.datetime(2150, 1, 2, 3, 4, 5, 120)],
+            "chartdate": [dt.date(2150, 1, 2), dt.date(2101, 12, 31), None],
+            "label": ["x", None, "é"],
+            "valuenum": [1.5, None, 2.0],
+        }
+    )
+    one_by_one = [{k: _jsonable(v) for k, v in row.items()} for row in frame.iter_rows(named=True)]
+    assert jsonable_rows(frame) == one_by_one and one_by_one[2]["charttime"] == "2150-01-02 03:04:05.000120"

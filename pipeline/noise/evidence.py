@@ -81,9 +81,22 @@ def impossible_on_source(con, table: str, keys: list[dict]) -> bool:
     """Some of these rows of a measurement table already hold an impossible number in the clean source (blind
     audit 20: three Celsius temperatures charted 97.2-99.0, Fahrenheit numbers): a careful analyst would mend
     them too, so the gold answer read as it stands is no answer to score against."""
-    facts, ranges = measurement_tables().get(table), plausible_ranges().get(table)
-    if facts is None or not ranges or not keys:
+    if not keys:
         return False
     with keyed_rows(con, table, keys) as rows:
-        found = con.sql(f"SELECT 1 FROM ({rows()}) {table} WHERE {impossible_sql(facts, ranges)} LIMIT 1")
-        return bool(found.fetchall())
+        return _impossible_rows(con, table, rows())
+
+
+def impossible_among(con, table: str, keys_sql: str, columns: list[str]) -> bool:
+    """`impossible_on_source` for the rows whose key `columns` a query returns (a task's evidence query: its keys
+    never leave DuckDB)."""
+    on = " AND ".join(f"t.{c} = k.{c}" for c in columns)
+    return _impossible_rows(con, table, f"SELECT t.* FROM {table} t SEMI JOIN ({keys_sql}) k ON {on}")
+
+
+def _impossible_rows(con, table: str, rows_sql: str) -> bool:
+    facts, ranges = measurement_tables().get(table), plausible_ranges().get(table)
+    if facts is None or not ranges:
+        return False
+    found = con.sql(f"SELECT 1 FROM ({rows_sql}) {table} WHERE {impossible_sql(facts, ranges)} LIMIT 1")
+    return bool(found.fetchall())

@@ -44,6 +44,11 @@ class PlausibleRange:
     high: float
 
 
+def has_plausible_ranges(table: str) -> bool:
+    """A measurement table with possible ranges for some of its items (only there can a number be impossible)."""
+    return table in measurement_tables() and bool(plausible_ranges().get(table))
+
+
 @cache
 def plausible_ranges() -> dict[str, dict[int, PlausibleRange]]:
     """{table: {itemid: range}} from `plausibility.yaml`."""

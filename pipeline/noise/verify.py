@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.db import scalar
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected
-from pipeline.noise.evidence import impossible_on_source, keyed_rows, task_evidence
+from pipeline.noise.evidence import impossible_among, keyed_rows
+from pipeline.noise.measurements import has_plausible_ranges
 from pipeline.noise.overlay import overlay, overlay_diff, polars_overlay
 from pipeline.noise.patch import Patch
 from pipeline.noise.recovery import check_recovery
@@ -225,13 +226,15 @@ def verify_pair(
 
 
 def impossible_evidence(con, task: CleanTask) -> bool:
-    """The task's evidence rows (one measurement table) already hold an impossible number in the clean source."""
-    evidence = task_evidence(con, task)
-    tables = {row["table_name"] for row in evidence}
+    """The task's evidence rows (one measurement table) already hold an impossible number in the clean source:
+    found by its evidence query on the source, with no row brought into Python."""
+    if not has_plausible_ranges(task.evidence[0]["table_name"]):
+        return False  # no measurement table with ranges (and so none, or more than one table)
+    tables = con.execute(f"SELECT DISTINCT table_name FROM ({task.evidence_sql})").fetchall()
     if len(tables) != 1:
         return False
-    keys = [{c: v for c, v in row.items() if c != "table_name"} for row in evidence]
-    return impossible_on_source(con, tables.pop(), keys)
+    columns = [c for c in task.evidence[0] if c != "table_name"]
+    return impossible_among(con, tables[0][0], f"SELECT {', '.join(columns)} FROM ({task.evidence_sql})", columns)
 
 
 def _accepted(con, twin: NoisyTwin, template: Template, clean: AnswerValue, expected: AnswerValue) -> list:
