@@ -10,7 +10,7 @@ CHART  := $(SHARED)/chartevents-from-meds/chartevents.csv.gz
 DATA   := data
 PATIENTS ?= 1000
 SEED   ?= 0
-PER_TEMPLATE ?= 130
+PER_TEMPLATE ?= 120
 WORKERS ?= 2
 VERSION ?= synthetic-$(PATIENTS)-seed$(SEED)
 
@@ -76,6 +76,7 @@ bench: venv
 	$(BIN)/python benchmarks/bench_synth.py
 	@[ -d $(DATA)/releases/$(VERSION) ] || { echo "run 'make run' first: the env/eval benchmarks serve its release"; exit 1; }
 	$(BIN)/python benchmarks/bench_noise.py $(DATA)/synthetic-$(PATIENTS)-seed$(SEED).duckdb --per-template 2 --seconds 120
+	$(BIN)/python benchmarks/bench_build.py $(DATA)/synthetic-$(PATIENTS)-seed$(SEED).duckdb --per-template 10 --workers 1,2
 	$(BIN)/python benchmarks/bench_env.py $(DATA)/releases/$(VERSION) $(DATA)/synthetic-$(PATIENTS)-seed$(SEED).duckdb
 	$(BIN)/python benchmarks/bench_eval.py $(DATA)/releases/$(VERSION) $(DATA)/synthetic-$(PATIENTS)-seed$(SEED).duckdb
 
