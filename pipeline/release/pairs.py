@@ -111,9 +111,7 @@ def _verify_chunk(attempts: list[Attempt]) -> list[NoisePair | str]:
     return verify_attempts(w["con"], w["tables"], attempts, w["templates"], w["subtypes"], w["seed"])
 
 
-def collect(
-    attempts: list[Attempt], results: list[NoisePair | str], templates: dict[str, Template]
-) -> tuple[dict[str, list[NoisePair]], Counter]:
+def collect(attempts: list[Attempt], results: list[NoisePair | str]) -> tuple[dict[str, list[NoisePair]], Counter]:
     """Verified pairs by clean task id (in the attempts' order) and rejections by (template, sub-type, reason)."""
     verified: dict[str, list[NoisePair]] = {}
     rejected: Counter[tuple[str, str, str]] = Counter()
@@ -121,7 +119,7 @@ def collect(
         if isinstance(result, NoisePair):
             verified.setdefault(task.task_id, []).append(result)
         else:
-            rejected[(templates[task.template_id].id, name, result)] += 1
+            rejected[(task.template_id, name, result)] += 1
     return verified, rejected
 
 
@@ -144,7 +142,7 @@ def candidate_pairs(
         if subtype.applies(templates[task.template_id])
     ]
     with Verifier(con, templates, subtypes, seed, workers, snapshot) as verify:
-        return collect(attempts, verify(attempts, on_task), templates)
+        return collect(attempts, verify(attempts, on_task))
 
 
 def choose_pairs(verified: dict[str, list[NoisePair]], seed: int) -> list[NoisePair]:

@@ -73,7 +73,7 @@ def planned_pairs(
             report.waves.append(len(wave))
             results = verify(wave, _progress(on_attempt, report.attempts, len(wave)))
             report.attempts += len(wave)
-            wave_verified, wave_rejected = collect(wave, results, templates)
+            wave_verified, wave_rejected = collect(wave, results)
             verified.update(wave_verified)
             rejected.update(wave_rejected)
             pending = state.settle(wave, results)
