@@ -160,6 +160,8 @@ def main() -> None:
         "snapshot_mib": round(sum(p.stat().st_size for p in snapshot.iterdir()) / 2**20),
         "snapshot_seconds": round(snapshot_seconds, 1),
         "per_template": args.per_template,
+        "duckdb_memory_limit": os.environ.get("EHRGYM_DUCKDB_MEMORY", "DuckDB's default (80% of RAM)"),
+        "cpus": os.cpu_count(),
         "runs": runs,
         "same_release_for_every_worker_count": len({run["release_digest"] for run in runs}) == 1,
         "command": f"python benchmarks/bench_build.py {args.db} --per-template {args.per_template} "

@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.db import scalar
 from pipeline.noise.base import Rejected, subtypes
-from pipeline.noise.measurements import item_span, measurement_tables
+from pipeline.noise.measurements import item_span, measurement_tables, plausible_ranges
 from pipeline.noise.overlay import overlay
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import placeholders
@@ -70,16 +70,22 @@ def assert_repaired(source, pair, table: str, removed: list[dict]):
     )
 
 
-def test_unit_mismatch_population_re_expresses_one_subjects_rows(source):  # patient scope: test_unit_mismatch.py
-    template, tables = TEMPLATES["lab_median_value_population"], Tables(source)
-    tasks, _ = instantiate(source, [template], per_template=6, seed=7)
+def verified_pairs(source, template_id: str, name: str, count: int) -> list:
+    """The verified pairs of `count` tasks of the template for one sub-type; fails naming the reasons if none."""
+    template, tables = TEMPLATES[template_id], Tables(source)
+    tasks, _ = instantiate(source, [template], per_template=count, seed=7)
     verified, reasons = [], []
     for task in tasks:
         try:
-            verified.append(verify_pair(source, tables, task, template, SUBTYPES["unit_mismatch"], seed=0))
+            verified.append(verify_pair(source, tables, task, template, SUBTYPES[name], seed=0))
         except Rejected as exc:
             reasons.append(exc.reason)
-    assert verified, f"no verified unit_mismatch pair of lab_median_value_population ({reasons})"
+    assert verified, f"no verified {name} pair of {template_id} ({reasons})"
+    return verified
+
+
+def test_unit_mismatch_population_re_expresses_one_subjects_rows(source):  # patient scope: test_unit_mismatch.py
+    verified = verified_pairs(source, "lab_median_value_population", "unit_mismatch", 6)
     population = verified[0]
     added = added_rows(population)
     assert added and len({r["subject_id"] for r in added}) == 1
@@ -283,3 +289,16 @@ def test_every_plausible_range_names_its_item_and_holds_the_demos_labs(source):
             if label != bounds.label or (table == "labevents" and outside > 0.001 * total):
                 wrong.append((table, item, bounds.label, label, outside, total))
     assert wrong == []
+
+
+@pytest.mark.parametrize("source_fixture", ["source", "synthetic_source"])
+def test_implausible_value_population_maximum_leaves_impossible_readings_out(request, source_fixture):
+    """A population maximum over readings some of which became impossible: the careless maximum is an impossible
+    number, the label the highest valid reading (the gold answer with the altered rows left out)."""
+    source = request.getfixturevalue(source_fixture)
+    for pair in verified_pairs(source, "vital_highest_value_population", "implausible_value", 4):
+        added = added_rows(pair)
+        bounds = plausible_ranges()["chartevents"]
+        assert added and all(r["valuenum"] > bounds[r["itemid"]].high for r in added)
+        assert pair.naive_answer.value == max(r["valuenum"] for r in added)  # the careless maximum is impossible
+        assert_repaired(source, pair, "chartevents", pair.patch.tables["chartevents"].hide)

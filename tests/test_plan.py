@@ -67,15 +67,29 @@ def _fake(**levels: str) -> dict:
     return {name: SimpleNamespace(level=level) for name, level in levels.items()}
 
 
-def _task(n: int, template: str = "t") -> SimpleNamespace:
-    return SimpleNamespace(task_id=f"task{n}", template_id=template, intent="laboratory", scope="patient")
+def _task(n: int, template: str = "t", scope: str = "patient") -> SimpleNamespace:
+    return SimpleNamespace(task_id=f"task{n}", template_id=template, intent="laboratory", scope=scope)
 
 
 def test_a_wave_spreads_its_tasks_over_levels_then_sub_types():
     state = _PlanState(_fake(a="record", b="record", c="value", d="query"), per_cell=None)
     names = ["a", "b", "c", "d"]
     picks = [state.choose(_task(n), names) for n in range(6)]
-    assert picks == ["a", "c", "d", "b", "c", "d"]  # the emptiest level first, then its emptiest sub-type, by name
+    assert picks == ["a", "c", "b", "c", "a", "c"]  # the emptiest level first, then its emptiest sub-type, by name
+
+
+def test_query_noise_is_tried_once_the_other_levels_are_spent():
+    """Query-level noise verifies on nearly any task, so a task tries it last, at either scope; a template whose
+    only level is query takes it at once."""
+    for scope in ("patient", "population"):
+        state = _PlanState(_fake(a="record", c="value", d="query"), per_cell=None)
+        task = _task(0, scope=scope)
+        tried = []
+        while name := state.choose(task, ["a", "c", "d"]):
+            tried.append(name)
+            state.settle([(task, name)], ["some_reason"])
+        assert tried[-1] == "d" and sorted(tried) == ["a", "c", "d"]
+        assert state.choose(_task(1, template="q", scope=scope), ["d"]) == "d"
 
 
 def test_a_rejection_frees_its_cell_and_the_task_tries_another_sub_type():
@@ -88,7 +102,7 @@ def test_a_rejection_frees_its_cell_and_the_task_tries_another_sub_type():
     assert state.settle([(task, second)], ["clean_evidence_impossible"]) == []  # no sub-type mends the evidence
 
 
-def test_a_template_that_keeps_rejecting_a_sub_type_tries_it_last():
+def test_a_template_that_keeps_rejecting_a_sub_type_stops_trying_it():
     state = _PlanState(_fake(a="record", c="value"), per_cell=None)
     for n in range(DEAD_AFTER):
         task = _task(n)
@@ -96,4 +110,5 @@ def test_a_template_that_keeps_rejecting_a_sub_type_tries_it_last():
         assert state.choose(task, ["a"]) == "a"
         state.settle([(task, "a")], ["no_candidate_rows"])
     assert state.choose(_task(99), ["a", "c"]) == "c"  # "a" is emptier, but dead for this template
+    assert state.choose(_task(98), ["a"]) is None  # and not tried at all
     assert state.choose(_task(100, template="other"), ["a", "c"]) == "a"  # not for another template

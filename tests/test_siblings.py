@@ -168,6 +168,30 @@ def test_a_result_its_sample_computes_is_derivable():
     assert not derivable(con, "labevents", [rows[6]])
 
 
+def test_the_red_cell_indices_solve_from_their_specimen(source):
+    """MCH = Hgb x 10 / RBC, MCV = Hct x 10 / RBC and MCHC = Hgb x 100 / Hct hold on the real demo to the reported
+    precision, so any member of a triple beside the other two of its specimen is derivable (an impossible MCH of
+    447.7 beside Hgb 12.4 and RBC 4.27 is 29.0); a specimen without the others computes nothing."""
+    formulas = source.sql(
+        """WITH s AS (SELECT specimen_id, max(valuenum) FILTER (WHERE itemid = 51222) AS hgb,
+             max(valuenum) FILTER (WHERE itemid = 51279) AS rbc, max(valuenum) FILTER (WHERE itemid = 51221) AS hct,
+             max(valuenum) FILTER (WHERE itemid = 51248) AS mch, max(valuenum) FILTER (WHERE itemid = 51250) AS mcv,
+             max(valuenum) FILTER (WHERE itemid = 51249) AS mchc
+           FROM labevents GROUP BY specimen_id)
+           SELECT count(mch + hgb + rbc), count(*) FILTER (WHERE abs(mch - hgb * 10 / rbc) <= 0.6),
+             count(mcv + hct + rbc), count(*) FILTER (WHERE abs(mcv - hct * 10 / rbc) <= 1.5),
+             count(mchc + hgb + hct), count(*) FILTER (WHERE abs(mchc - hgb * 100 / hct) <= 0.6) FROM s"""
+    ).fetchall()[0]
+    for complete, agreeing in zip(formulas[::2], formulas[1::2], strict=True):
+        assert complete > 1000 and agreeing >= 0.99 * complete
+    rows = _rows(source, "SELECT * FROM labevents WHERE specimen_id = 85552203 ORDER BY labevent_id")
+    members = {"MCH": 51248, "MCV": 51250, "MCHC": 51249, "Hemoglobin": 51222, "Hematocrit": 51221, "RBC": 51279}
+    for label, itemid in members.items():
+        (row,) = [r for r in rows if r["itemid"] == itemid]
+        assert derivable(source, "labevents", [row]), label
+        assert not derivable(source, "labevents", [{**row, "specimen_id": -1}]), label
+
+
 def test_a_blood_pressure_sample_settles_a_conflicting_component():
     """Blind audit 27: a diastolic copy of 94 beside its sample's mean of 91 and systolic is settled by the sample
     (the mean lies between the two); the sample is the stay and charting time, and a component charted alone

@@ -28,10 +28,11 @@ def verify_attempts(
     templates: dict[str, Template],
     subtypes: dict[str, NoiseSubtype],
     seed: int,
+    impossible: dict[str, bool] | None = None,
 ) -> list[NoisePair | str]:
     """Each attempt's verified pair, or the reason it was rejected. A task's clean evidence is checked for
-    impossible numbers once for all its attempts."""
-    impossible: dict[str, bool] = {}
+    impossible numbers once for all its attempts (`impossible`: task id -> found, kept across calls)."""
+    impossible = {} if impossible is None else impossible
     results: list[NoisePair | str] = []
     for task, name in attempts:
         if task.task_id not in impossible:
@@ -69,6 +70,7 @@ class Verifier:
         self.con, self.templates, self.subtypes, self.seed, self.workers = con, templates, subtypes, seed, workers
         self.snapshot = snapshot  # the source's Parquet snapshot: whole tables scanned lazily, not held
         self.tables = Tables(con, snapshot=snapshot)
+        self.impossible: dict[str, bool] = {}  # task id -> its clean evidence holds an impossible number
         self.pool: ProcessPoolExecutor | None = None
 
     def __enter__(self) -> Verifier:
@@ -81,7 +83,9 @@ class Verifier:
     def __call__(self, attempts: list[Attempt], on_chunk: Callable[[int], None] | None = None) -> list[NoisePair | str]:
         """Results in the attempts' order; `on_chunk(attempts done)` after each chunk."""
         if self.workers <= 1 or len(attempts) <= CHUNK:
-            results = verify_attempts(self.con, self.tables, attempts, self.templates, self.subtypes, self.seed)
+            results = verify_attempts(
+                self.con, self.tables, attempts, self.templates, self.subtypes, self.seed, self.impossible
+            )
             if on_chunk:
                 on_chunk(len(attempts))
             return results
@@ -103,12 +107,14 @@ class Verifier:
 
 def _start_worker(db_path: str, templates, subtypes, seed: int, snapshot: Path | None) -> None:
     con = open_source(db_path)
-    _worker.update(con=con, tables=Tables(con, snapshot=snapshot), templates=templates, subtypes=subtypes, seed=seed)
+    _worker.update(
+        con=con, tables=Tables(con, snapshot=snapshot), templates=templates, subtypes=subtypes, seed=seed, impossible={}
+    )
 
 
 def _verify_chunk(attempts: list[Attempt]) -> list[NoisePair | str]:
     w = _worker
-    return verify_attempts(w["con"], w["tables"], attempts, w["templates"], w["subtypes"], w["seed"])
+    return verify_attempts(w["con"], w["tables"], attempts, w["templates"], w["subtypes"], w["seed"], w["impossible"])
 
 
 def collect(attempts: list[Attempt], results: list[NoisePair | str]) -> tuple[dict[str, list[NoisePair]], Counter]:

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.templates.spec import Answer, AnswerType
 
+NUMBER_EPSILON = 1e-9  # floating-point slack on top of a template's tolerance
+
 
 class AnswerShapeError(ValueError):
     """The frame does not have the shape the answer type needs (the reason is a drop reason)."""
@@ -115,11 +117,12 @@ def first_reading(frame: pl.DataFrame | pl.LazyFrame, spec: Answer) -> AnswerVal
 
 
 def answers_agree(a: AnswerValue, b: AnswerValue, spec: Answer) -> bool:
-    """Equal values (numbers within the tolerance), units and records."""
+    """Equal values (numbers within the tolerance, as the verifier matches them: two means rounded to 2 decimals
+    one rounding step apart agree at tolerance 0.01), units and records."""
     if a.unit != b.unit or a.records != b.records:
         return False
     if spec.type is AnswerType.number and a.value is not None and b.value is not None:
-        return abs(a.value - b.value) <= spec.tolerance
+        return abs(a.value - b.value) <= spec.tolerance + NUMBER_EPSILON
     if spec.type is AnswerType.list and spec.ordered is False:
         return sorted(a.value, key=repr) == sorted(b.value, key=repr)
     return a.value == b.value

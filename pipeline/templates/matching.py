@@ -19,10 +19,9 @@ from typing import Any
 
 import yaml
 
-from pipeline.templates.answers import AnswerValue, is_empty
+from pipeline.templates.answers import NUMBER_EPSILON, AnswerValue, is_empty
 from pipeline.templates.spec import Answer, AnswerType
 
-_NUMBER_EPSILON = 1e-9  # floating-point slack on top of the template's tolerance
 _RECORD_TOLERANCE = 1e-6
 
 
@@ -64,7 +63,7 @@ def between_readings(given: AnswerValue, readings: list[AnswerValue], spec: Answ
         numbers = [n for n in (as_number(r.value) for r in readings) if n is not None]
         if value is None or len(numbers) < len(readings):
             return False
-        slack = spec.tolerance + _NUMBER_EPSILON
+        slack = spec.tolerance + NUMBER_EPSILON
         return min(numbers) - slack <= value <= max(numbers) + slack
     if spec.type is not AnswerType.list or not isinstance(given.value, list):
         return False
@@ -130,7 +129,7 @@ def _values_match(expected: Any, got: Any, spec: Answer) -> bool:
         return left == right if spec.ordered else Counter(left) == Counter(right)
     if kind is AnswerType.number:
         a, b = as_number(expected), as_number(got)
-        return a is not None and b is not None and abs(a - b) <= spec.tolerance + _NUMBER_EPSILON
+        return a is not None and b is not None and abs(a - b) <= spec.tolerance + NUMBER_EPSILON
     if kind is AnswerType.count:
         a, b = as_number(expected), as_number(got)
         return a is not None and b is not None and a == b

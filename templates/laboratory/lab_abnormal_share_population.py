@@ -2,16 +2,11 @@
 
 import polars as pl
 
-from pipeline.concepts import concept_is
+from pipeline.templates.cohorts import lab_results
 
 
 def gold(tables, slots):
-    items = (
-        tables["d_labitems"]
-        .filter((concept_is("label", slots["lab_label"])) & (pl.col("fluid") == slots["fluid"]))
-        .select("itemid")
-    )
-    results = tables["labevents"].filter(pl.col("valuenum").is_not_null()).join(items, on="itemid").collect()
+    results = lab_results(tables, slots["lab_label"], slots["fluid"])
     if results.height == 0:
         return pl.DataFrame(schema={"value": pl.Float64})
     abnormal = results.filter(pl.col("flag") == "abnormal").height

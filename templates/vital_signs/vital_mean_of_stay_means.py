@@ -2,23 +2,12 @@
 
 import polars as pl
 
-from pipeline.concepts import concept_is
+from pipeline.templates.cohorts import charted_values, number_and_unit
 
 
 def gold(tables, slots):
-    items = (
-        tables["d_items"]
-        .filter((concept_is("label", slots["item_label"])) & (pl.col("linksto") == "chartevents"))
-        .select("itemid")
-    )
-    per_stay = (
-        tables["chartevents"]
-        .filter(pl.col("valuenum").is_not_null() & pl.col("stay_id").is_not_null())
-        .join(items, on="itemid")
-        .group_by("stay_id")
-        .agg(pl.col("valuenum").sort().mean().alias("stay_mean"), pl.col("valueuom").min().alias("unit"))
-        .collect()
-    )
-    if per_stay.height == 0:
-        return pl.DataFrame(schema={"value": pl.Float64, "unit": pl.String})
-    return pl.DataFrame({"value": [round(per_stay["stay_mean"].sort().mean(), 2)], "unit": [per_stay["unit"].min()]})
+    values = charted_values(tables, slots["item_label"])
+    if values.height == 0:
+        return number_and_unit(None, None)
+    per_stay = values.group_by("stay_id").agg(pl.col("valuenum").sort().mean().alias("stay_mean"))
+    return number_and_unit(round(per_stay["stay_mean"].sort().mean(), 2), values["valueuom"].min())

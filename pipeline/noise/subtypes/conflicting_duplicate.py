@@ -315,7 +315,9 @@ class ConflictingDuplicate(NoiseSubtype):
         "evidence in a table with duplicate rules (duplicates.yaml) whose record the gold SQL reads, and its "
         "position (seq_num) where the table has one"
     )
-    version = 18  # 18: a dose copy takes the dispensed amount real orders of its product carry at that dose
+    version = 19  # 19: no copy of a red cell index, hemoglobin, hematocrit or red count beside the two others of
+    # its formula (siblings.yaml derivations: the formula says which copy is true)
+    # 18: a dose copy takes the dispensed amount real orders of its product carry at that dose
     # (duplicates.yaml `follow`: blind audit 41 settled an 80 UNIT insulin copy by the 0.015 VIAL it kept); a code's
     # copy is of another category than the original (blind audit 41: 78062 beside 78052, a one-digit variant)
     # 17: a lab or microbiology copy is numbered beside its original, the patient's later rows making

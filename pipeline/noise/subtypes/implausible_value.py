@@ -45,7 +45,11 @@ def impossible_expr(facts: MeasurementTable, ranges: dict[int, PlausibleRange]) 
 class ImplausibleValue(NoiseSubtype):
     name = "implausible_value"
     level = "value"
-    version = 9  # 9: ranges for 18 more labs (plausibility.yaml: whole-blood electrolytes, enzymes, troponin, urine pH
+    version = 10  # 10: ranges for 23 more labs (thyroid, iron studies, urine electrolytes, drug levels, ...: every
+    # single-unit result population questions sample whose value nothing in its sample computes); no red cell
+    # index, hemoglobin, hematocrit or red count beside the two others of its formula (a demo MCH made 447.7 beside
+    # its specimen's Hgb 12.4 and RBC 4.27 is 29.0, as charted)
+    # 9: ranges for 18 more labs (plausibility.yaml: whole-blood electrolytes, enzymes, troponin, urine pH
     # and specific gravity, ...; population questions asked about them and found no range)
     # 8: nor any member of a `solvable` relation beside the others (siblings.yaml derivations: blind
     # audit 37 rebuilt an impossible bicarbonate as 25 from its sample's sodium, chloride and anion gap)

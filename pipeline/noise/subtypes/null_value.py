@@ -32,7 +32,9 @@ class NullValue(NoiseSubtype):
     name = "null_value"
     level = "value"
     requires = "a patient-level template (a population answer over many rows survives one NULL)"
-    version = 13  # 13: a nulled procedure date is accepted beside abstaining wherever it is nulled (siblings.yaml
+    version = 14  # 14: nor a red cell index, hemoglobin, hematocrit or red count beside the two others of its
+    # formula (siblings.yaml derivations: MCH = Hgb x 10 / RBC, MCV, MCHC)
+    # 13: a nulled procedure date is accepted beside abstaining wherever it is nulled (siblings.yaml
     # `always_accepted`: blind audit 35 dated a chest drain by the day's pleural fluid results and chest-tube order);
     # nor any member of a `solvable` relation beside the others (blind audit 37: a bicarbonate beside its anion gap)
     # 12: a companion's unit goes NULL with it where that column's numberless rows never carry one

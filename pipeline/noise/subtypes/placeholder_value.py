@@ -64,7 +64,8 @@ class PlaceholderValue(NoiseSubtype):
     # 4: columns of the same row stating the same fact go NULL with the mask (siblings.yaml companions: a masked
     #    interpretation loses its MIC, a masked first care unit its last; a blind audit read the MIC)
     # 5: the order's other prescription rows (a diluent beside its drug) are masked alike (blind audit 16)
-    version = 10  # 10: nor any member of a `solvable` relation beside the others (siblings.yaml derivations)
+    version = 11  # 11: the red cell indices' formulas are solvable relations too (siblings.yaml derivations)
+    # 10: nor any member of a `solvable` relation beside the others (siblings.yaml derivations)
     # 9: nor one its isolate's panel implies by the row's shape (siblings.yaml `panels` `shape`: blind
     # audit 32 read a masked clindamycin without an MIC, beside erythromycin R, as R); a population mask accepts the
     # clean answer beside the repair (blind audit 33)

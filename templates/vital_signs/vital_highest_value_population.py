@@ -1,0 +1,10 @@
+"""Gold Python: the largest numeric value of a charted item (by label) over all ICU stays, with its unit."""
+
+from pipeline.templates.cohorts import charted_values, number_and_unit
+
+
+def gold(tables, slots):
+    values = charted_values(tables, slots["item_label"])
+    if values.height == 0:
+        return number_and_unit(None, None)
+    return number_and_unit(values["valuenum"].max(), values["valueuom"].min())
