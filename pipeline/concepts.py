@@ -29,7 +29,7 @@ from typing import Any, overload
 import polars as pl
 import yaml
 
-from pipeline.db import scalar
+from pipeline.db import source_fact
 
 DECLARATIONS = Path(__file__).with_name("concepts.yaml")
 # A tall-man word mixes one run of two or more capitals with runs of small letters (hydrOXYzine, NIFEdipine,
@@ -138,17 +138,13 @@ def unlinked_time(table: str) -> str | None:
     return declarations().get("unlinked_times", {}).get(table)
 
 
-_COLUMN_KEYS: dict[tuple[str, str, str], frozenset[str]] = {}
-
-
 def column_keys(con, table: str, column: str) -> frozenset[str]:
     """The concept keys a column of the source names (distinct values keyed in Python, once per database file,
     table and column: the source is read-only, and a key per distinct name beats a regex per row per look-up)."""
-    path = scalar(
-        con, "SELECT coalesce(path, database_name) FROM duckdb_databases() WHERE database_name = current_database()"
-    )
-    cached = _COLUMN_KEYS.get((path, table, column))
-    if cached is None:
-        names = con.execute(f'SELECT DISTINCT "{column}" FROM "{table}" WHERE "{column}" IS NOT NULL').fetchall()
-        cached = _COLUMN_KEYS[(path, table, column)] = frozenset(concept_key(name) for (name,) in names)
-    return cached
+
+    def keys(source: str) -> frozenset[str]:
+        sql = f'SELECT DISTINCT "{column}" FROM {source}"{table}" WHERE "{column}" IS NOT NULL'
+        names = con.execute(sql).fetchall()
+        return frozenset(concept_key(name) for (name,) in names)
+
+    return source_fact(con, ("column_keys", table, column), keys)

@@ -112,3 +112,15 @@ def test_a_template_that_keeps_rejecting_a_sub_type_stops_trying_it():
     assert state.choose(_task(99), ["a", "c"]) == "c"  # "a" is emptier, but dead for this template
     assert state.choose(_task(98), ["a"]) is None  # and not tried at all
     assert state.choose(_task(100, template="other"), ["a", "c"]) == "a"  # not for another template
+
+
+def test_a_task_whose_clean_evidence_needs_mending_does_not_kill_a_sub_type():
+    """clean_evidence_impossible is the task's fault (its record holds an impossible number before any noise), so
+    however often it comes back, the template goes on trying the sub-type on its other tasks."""
+    state = _PlanState(_fake(a="record", c="value"), per_cell=None)
+    for n in range(DEAD_AFTER + 2):
+        task = _task(n)
+        state.tried[task.task_id] = {"c"}
+        assert state.choose(task, ["a"]) == "a"
+        assert state.settle([(task, "a")], ["clean_evidence_impossible"]) == []
+    assert state.choose(_task(99), ["a"]) == "a"

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from aggregate import assert_all_pass
 
+import pipeline.db
 from pipeline.concepts import concept_key, concept_sql
 from pipeline.noise.base import Rejected, subtypes
 from pipeline.noise.slot_swap import concept_slots, vocabulary
@@ -82,7 +83,7 @@ def close_names_are_never_chosen(con) -> None:
     task = instantiate(con, [template], per_template=1, seed=0)[0][0]
     near = NEAR_MISSES["icustays.first_careunit"]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(uc, "_UNKNOWN", {})
+        patch.setattr(pipeline.db, "_FACTS", {})  # the source facts (unknown names) found so far
         patch.setattr(uc, "catalogue_names", lambda vocab, slot: tuple(near))  # a catalogue of near misses only
         with pytest.raises(Rejected, match="no_unknown_concept"):
             subtypes()["unknown_concept"].make(con, task, template, np.random.default_rng(0))

@@ -8,6 +8,8 @@ from importlib import resources
 
 import yaml
 
+from pipeline.db import source_fact
+
 
 @dataclass(frozen=True)
 class MeasurementTable:
@@ -84,21 +86,26 @@ COVERAGE = 0.99  # the fewest decimals that write at least this share of the ite
 
 def item_precision(con, facts: MeasurementTable, item) -> Precision:
     """The item's real precision in the source: the fewest decimals (0..4) that write 99% of its numbers
-    exactly (integers stay integers), and the most frequent count of decimals its numeric texts show."""
+    exactly (integers stay integers), and the most frequent count of decimals its numeric texts show (once per
+    source file and item)."""
+    return source_fact(con, ("item_precision", facts.name, item), lambda source: _precision(con, source, facts, item))
+
+
+def _precision(con, source: str, facts: MeasurementTable, item) -> Precision:
     number, text, column = facts.number, facts.text, facts.item
     exact = ", ".join(f"avg((abs({number} - round({number}, {d})) < 1e-9)::INT)" for d in range(MAX_DECIMALS + 1))
     shares = con.execute(
-        f"SELECT {exact} FROM {facts.name} WHERE {column} = ? AND {number} IS NOT NULL", [item]
+        f"SELECT {exact} FROM {source}{facts.name} WHERE {column} = ? AND {number} IS NOT NULL", [item]
     ).fetchall()[0]
     digits = next((d for d, share in enumerate(shares) if share is not None and share >= COVERAGE), MAX_DECIMALS)
-    return Precision(digits, _text_decimals(con, facts, item) if text else digits)
+    return Precision(digits, _text_decimals(con, source, facts, item) if text else digits)
 
 
-def _text_decimals(con, facts: MeasurementTable, item) -> int:
+def _text_decimals(con, source: str, facts: MeasurementTable, item) -> int:
     shown = f"CASE WHEN {facts.text} LIKE '%.%' THEN length(split_part({facts.text}, '.', 2)) ELSE 0 END"
     row = con.execute(
-        f"SELECT {shown} FROM {facts.name} WHERE {facts.item} = ? AND TRY_CAST({facts.text} AS DOUBLE) IS NOT NULL "
-        f"GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1",
+        f"SELECT {shown} FROM {source}{facts.name} WHERE {facts.item} = ? "
+        f"AND TRY_CAST({facts.text} AS DOUBLE) IS NOT NULL GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1",
         [item],
     ).fetchall()
     return int(row[0][0]) if row else 0
@@ -107,9 +114,13 @@ def _text_decimals(con, facts: MeasurementTable, item) -> int:
 def item_span(con, facts: MeasurementTable, item) -> tuple[float, float]:
     """The range the item's real numbers take in the source (1st to 99th percentile): a value written as a
     plausible reading of the item stays inside it (an SpO2 of 106 % is no reading a careful analyst believes)."""
+    return source_fact(con, ("item_span", facts.name, item), lambda source: _span(con, source, facts, item))
+
+
+def _span(con, source: str, facts: MeasurementTable, item) -> tuple[float, float]:
     low, high = con.execute(
         f"SELECT quantile_cont({facts.number}, 0.01), quantile_cont({facts.number}, 0.99) "
-        f"FROM {facts.name} WHERE {facts.item} = ? AND {facts.number} IS NOT NULL",
+        f"FROM {source}{facts.name} WHERE {facts.item} = ? AND {facts.number} IS NOT NULL",
         [item],
     ).fetchall()[0]
     return (float(low), float(high)) if low is not None else (float("nan"), float("nan"))

@@ -12,7 +12,7 @@ import polars as pl
 import yaml
 
 from pipeline.concepts import concept_key
-from pipeline.db import scalar
+from pipeline.db import scalar, source_fact
 from pipeline.noise.base import Rejected
 from pipeline.noise.patch import Patch, TablePatch
 
@@ -298,8 +298,13 @@ def _words(name: str) -> frozenset[str]:
 
 
 def _label(con, dictionary: str, key: str, label: str, value) -> str | None:
-    found = con.execute(f"SELECT {label} FROM {dictionary} WHERE {key} = ?", [value]).fetchall()
-    return concept_key(found[0][0]) if found else None
+    """The concept key of the item's label in the source's dictionary (read once per source file)."""
+    labels = source_fact(
+        con,
+        ("labels", dictionary, key, label),
+        lambda source: dict(con.execute(f"SELECT {key}, {label} FROM {source}{dictionary}").fetchall()),
+    )
+    return concept_key(labels[value]) if value in labels else None
 
 
 def derivable(con, table: str, rows: list[dict], any_member: bool = False) -> bool:

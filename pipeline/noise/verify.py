@@ -153,6 +153,27 @@ def _matched_rows(con, patch: Patch) -> dict[str, int]:
     return counts
 
 
+def _check_changed(subtype: NoiseSubtype, contract: str, naive, expected: AnswerValue, template: Template) -> None:
+    """The careless reading of the noisy record must change the way the sub-type intends (checked before the
+    costlier recovery and readings: most value-noise candidates that fail, fail here)."""
+    if subtype.noisy_data_unanswerable and not _finds_nothing(naive, template):
+        raise Rejected("noisy_data_still_answers")
+    if contract == "repair" and naive is not None and _reads_alike(naive, expected, template):
+        raise Rejected("no_divergence")  # the noise did not change what a naive reading answers
+
+
+def _check_not_the_truth(contract: str, naive, clean: AnswerValue, template: Template) -> None:
+    """The careless reading must not be the true answer that a label would punish."""
+    if contract == "repair" and naive is not None and _reads_alike(naive, clean, template):
+        # the careless reading still reports the true answer, so a repair away from it punishes the truth (blind
+        # audit 28: a masked susceptibility that was S, an impossible diastolic whose original was also over 110)
+        raise Rejected("naive_gives_the_clean_answer")
+    if contract == "abstain" and _still_answers_yes(naive, clean, template):
+        # every boolean question asks whether any row holds (bool_or): a yes the noisy record still shows by a row
+        # is the true answer, not a guess (blind audit 34: an R ceftriaxone result beside an added S copy)
+        raise Rejected("yes_still_recorded")
+
+
 def verify_pair(
     con: duckdb.DuckDBPyConnection,
     tables: Tables,
@@ -171,39 +192,30 @@ def verify_pair(
     if not evidence_possible and impossible_evidence(con, task):
         raise Rejected("clean_evidence_impossible")  # the clean record needs mending before it answers
     twin = subtype.make(con, task, template, rng)
+    question = render(template.spec.questions[task.phrasing], {**task.slots, **twin.patch.slots}).strip()
+    if len(REVEALING.findall(question)) > len(REVEALING.findall(task.question)):
+        raise Rejected("question_reveals_noise")
     slots = typed_slots(template, {**task.slots, **twin.patch.slots})
     tables = tables_for(tables, template, slots)  # patient questions: that patient's rows only
     if twin.patch.tables:  # the guarded reference must give the clean answer on the clean data
         _check_references(con, tables, twin, template, slots, task.answer, "on_clean")
     matched = _matched_rows(con, twin.patch)
-    with overlay(con, twin.patch):
-        noisy_tables = polars_overlay(tables, twin.patch)
+    # the cheap checks first: a rejection spends no query it does not need; the overlay's own check comes last
+    with overlay(con, twin.patch, ordered=False):  # no whole-table sort; each patient's rows in record order
+        noisy_tables = polars_overlay(tables, twin.patch, ordered=False)
         expected = _check_references(con, noisy_tables, twin, template, slots, twin.expected, "on_noisy")
-        _check_diff(con, twin.patch, matched)
         naive = _naive_answer(con, template, slots)
+        _check_changed(subtype, twin.contract, naive, expected, template)
         check_recovery(con, Case(template, slots, twin.patch, twin.contract, expected, naive))  # careful analyst
         accepted = _accepted(con, twin, template, task.answer, expected)
-    if naive is not None and any(_reads_alike(naive, other, template) for other in accepted):
-        raise Rejected("naive_is_a_defensible_reading")  # the careless answer is one a careful analyst may give
-    if naive is not None and between_readings(naive, [expected, *accepted], template.spec.answer):
-        # between two answers a careful analyst may give (blind audit 32: a population mean counting both copies of
-        # its conflicting records, 87.18, between the readings keeping either copy, 87.15 and 87.23)
-        raise Rejected("naive_within_accepted_range")
-    question = render(template.spec.questions[task.phrasing], {**task.slots, **twin.patch.slots}).strip()
-    if len(REVEALING.findall(question)) > len(REVEALING.findall(task.question)):
-        raise Rejected("question_reveals_noise")
-    if subtype.noisy_data_unanswerable and not _finds_nothing(naive, template):
-        raise Rejected("noisy_data_still_answers")
-    if twin.contract == "repair" and naive is not None and _reads_alike(naive, expected, template):
-        raise Rejected("no_divergence")  # the noise did not change what a naive reading answers
-    if twin.contract == "repair" and naive is not None and _reads_alike(naive, task.answer, template):
-        # the careless reading still reports the true answer, so a repair away from it punishes the truth (blind
-        # audit 28: a masked susceptibility that was S, an impossible diastolic whose original was also over 110)
-        raise Rejected("naive_gives_the_clean_answer")
-    if twin.contract == "abstain" and _still_answers_yes(naive, task.answer, template):
-        # every boolean question asks whether any row holds (bool_or): a yes the noisy record still shows by a row
-        # is the true answer, not a guess (blind audit 34: an R ceftriaxone result beside an added S copy)
-        raise Rejected("yes_still_recorded")
+        if naive is not None and any(_reads_alike(naive, other, template) for other in accepted):
+            raise Rejected("naive_is_a_defensible_reading")  # the careless answer is one a careful analyst may give
+        if naive is not None and between_readings(naive, [expected, *accepted], template.spec.answer):
+            # between two answers a careful analyst may give (blind audit 32: a population mean counting both copies
+            # of its conflicting records, 87.18, between the readings keeping either copy, 87.15 and 87.23)
+            raise Rejected("naive_within_accepted_range")
+        _check_not_the_truth(twin.contract, naive, task.answer, template)
+        _check_diff(con, twin.patch, matched)
     trap = naive is not None and not is_empty(naive) and not _reads_alike(naive, expected, template)
     return NoisePair(
         pair_id=f"{task.task_id}-{subtype.name}",

@@ -149,9 +149,9 @@ class _PlanState:
             if isinstance(result, NoisePair):
                 record[0] += 1
                 continue
-            record[1] += 1
             for cell in self._cells(task, name):
                 self.cells[cell] -= 1
-            if result != IMPOSSIBLE:
+            if result != IMPOSSIBLE:  # a task whose clean record needs mending says nothing of the sub-type
+                record[1] += 1
                 pending.append(task)
         return pending

@@ -253,7 +253,7 @@ def _reject_if_still_answered(con, task, template, table: str, hidden: list[dict
     record qualifies: a dose at +20 h still makes "given in the first 24 h" true) or, for a first-time question
     (the gold picks one row), any."""
     patch = Patch(tables={table: TablePatch(key_columns=list(hidden[0]), hide=hidden)})
-    with overlay(con, patch):
+    with overlay(con, patch, ordered=False):
         frame = run_sql(con, template.gold_sql, typed_slots(template, task.slots))
     left = canonical_answer(frame, template.spec.answer) if frame.height else AnswerValue(value=None)
     first_time = sqlglot.parse_one(task.gold_sql, dialect="duckdb").args.get("limit") is not None
@@ -275,7 +275,7 @@ def _answer_if_charted_at_end(con, task, template, table, key_columns, chosen, m
     patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=_keys(before, key_columns), add=at_end)})
     # the order's other rows move with it (blind audit 30: a Bag base row left at its time beside its moved drug)
     patch = sibling_patch(con, table, before, at_end, patch)
-    with overlay(con, patch):
+    with overlay(con, patch, ordered=False):
         frame = run_sql(con, template.gold_sql, typed_slots(template, task.slots))
     none = AnswerValue(value=[] if answer.type == AnswerType.list else None)
     found = canonical_answer(frame, answer) if frame.height else none

@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.concepts import column_keys, concept_key
-from pipeline.db import scalar
+from pipeline.db import source_fact
 from pipeline.noise.base import NoiseSubtype, Rejected, register
 from pipeline.noise.slot_swap import concept_slots, showable_units, swapped_twin, vocabulary
 from pipeline.source.schema import load_schema
@@ -121,17 +121,15 @@ def _typos(con, keys: list[str], known: Sequence[str]) -> set[str]:
     return {k for (k,) in rows}
 
 
-_UNKNOWN: dict[tuple[str, str, str], tuple[str, ...]] = {}
-
-
 def unknown_names(con, vocab: str, slot: str, names: Sequence[str] | None = None) -> tuple[str, ...]:
     """The names (default: the catalogue's for the slot) that the database does not know and that are not close
     to a name of that kind it knows, sorted. The catalogue's answer is kept per database file, like column_keys."""
-    path = scalar(
-        con, "SELECT coalesce(path, database_name) FROM duckdb_databases() WHERE database_name = current_database()"
-    )
-    if names is None and (path, vocab, slot) in _UNKNOWN:
-        return _UNKNOWN[(path, vocab, slot)]
+    if names is None:
+        return source_fact(con, ("unknown_names", vocab, slot), lambda _: _unknown(con, vocab, slot, None))
+    return _unknown(con, vocab, slot, names)
+
+
+def _unknown(con, vocab: str, slot: str, names: Sequence[str] | None) -> tuple[str, ...]:
     table, column = vocab.split(".")
     absent = [
         n
@@ -139,10 +137,7 @@ def unknown_names(con, vocab: str, slot: str, names: Sequence[str] | None = None
         if not in_any_dictionary(con, n, also=((table, column),))
     ]
     near = close(con, absent, known_keys(con, vocab)) if absent else {}
-    found = tuple(sorted(n for n in absent if n not in near))
-    if names is None:
-        _UNKNOWN[(path, vocab, slot)] = found
-    return found
+    return tuple(sorted(n for n in absent if n not in near))
 
 
 @register
