@@ -41,6 +41,11 @@ def _anchor_column(columns) -> str:
     return "subject_id" if "subject_id" in columns else columns[0]
 
 
+def _table_anchor(table: str) -> str:
+    """The anchor column of a source table (its patient, else its first column)."""
+    return _anchor_column(list(load_schema()[table].column_names))
+
+
 def _weights(table: str) -> dict[str, int]:
     """How much an equal column says two rows are one record: a time more than a value and its text together, so a
     duplicate sits by its own row (same time, other value), not by an equal value charted hours apart."""
@@ -57,7 +62,7 @@ def _apply_patch(con: duckdb.DuckDBPyConnection, source: str, table: str, patch:
         _insert(con, hide_name, source, [{c: key[c] for c in keys} for key in patch.hide])
         on = " AND ".join(f"t.{c} IS NOT DISTINCT FROM h.{c}" for c in keys)
         con.execute(
-            f"INSERT INTO temp.main.__gone_{table} SELECT t.rowid, 0, t.{_anchor_column(columns)} FROM {source} t "
+            f"INSERT INTO temp.main.__gone_{table} SELECT t.rowid, 0, t.{_table_anchor(table)} FROM {source} t "
             f"SEMI JOIN temp.main.{hide_name} h ON {on}"
         )
     if patch.add:
@@ -106,7 +111,7 @@ def _renumber(con: duckdb.DuckDBPyConnection, source: str, table: str, column: s
         con.execute(f"INSERT INTO __moves_{table} SELECT old, new FROM __moves")
     finally:
         con.unregister("__moves")
-    anchor = _anchor_column(list(load_schema()[table].column_names))
+    anchor = _table_anchor(table)
     con.execute(
         f"INSERT INTO temp.main.__gone_{table} SELECT t.rowid, 0, t.{anchor} FROM {source} t "
         f"SEMI JOIN temp.main.__moves_{table} m ON t.{column} = m.old"
@@ -124,7 +129,7 @@ def _overlay_tables_sql(source: str, table: str) -> str:
     1..n)) and `__gone_<table>` (hidden positions, with each row's anchor). Both start with a sentinel at (-1, -1)
     that cancels out, so an empty patch plans and scans like any other."""
     rows, gone = f"temp.main.__rows_{table}", f"temp.main.__gone_{table}"
-    anchor = _anchor_column(list(load_schema()[table].column_names))
+    anchor = _table_anchor(table)
     nulls = "FROM (SELECT 1) d LEFT JOIN"  # a typed all-NULL sentinel row
     return (
         f"CREATE OR REPLACE TEMP TABLE {rows} AS SELECT s.*, -1::BIGINT AS __pos, -1::BIGINT AS __sub "
@@ -150,7 +155,7 @@ def _overlay_view_sql(source: str, table: str, touched: list | None) -> str:
     elif not touched:
         view = f"SELECT * FROM {source}"  # nothing patched: the source itself
     else:
-        anchor = _anchor_column(list(load_schema()[table].column_names))
+        anchor = _table_anchor(table)
         others, patched = _anchor_filters(f"t.{anchor}", touched)
         view = f"SELECT t.* FROM {source} t WHERE {others} UNION ALL SELECT * FROM ({positioned.format(where=patched)})"
     return f"CREATE OR REPLACE TEMP VIEW {table} AS {view}"
@@ -169,7 +174,7 @@ def _anchor_filters(column: str, touched: list) -> tuple[str, str]:
 
 def _touched_anchors(con: duckdb.DuckDBPyConnection, table: str) -> list:
     """The anchors (patients) of the rows a table's patch hides, renumbers or adds, in a fixed order."""
-    anchor = _anchor_column(list(load_schema()[table].column_names))
+    anchor = _table_anchor(table)
     found = con.execute(
         f"SELECT DISTINCT __anchor FROM temp.main.__gone_{table} WHERE __sub = 0 "
         f"UNION SELECT {anchor} FROM temp.main.__rows_{table} WHERE __sub <> -1"
@@ -223,7 +228,7 @@ def overlay(
         for table in touched:
             _apply_patch(con, sources[table], table, tables[table])
         if views:
-            touched_by = {t: None if ordered else _touched_anchors(con, t) if t in tables else [] for t in views}
+            touched_by = {t: None if ordered else _touched_anchors(con, t) if t in touched else [] for t in views}
             con.execute(";\n".join(_overlay_view_sql(sources[t], t, touched_by[t]) for t in views))
         yield con
     finally:
