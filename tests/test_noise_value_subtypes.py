@@ -291,6 +291,28 @@ def test_every_plausible_range_names_its_item_and_holds_the_demos_labs(source):
     assert wrong == []
 
 
+def test_the_ranges_relation_finds_the_rows_the_range_expression_finds(synthetic_source):
+    """ranges_relation (joined on the item: the evidence check) and impossible_sql (a WHERE over every item) flag
+    the same rows of each measurement table, out-of-range numbers added to the synthetic source's own."""
+    from pipeline.noise.measurements import impossible_sql, ranges_relation
+
+    for table, ranges in plausible_ranges().items():
+        facts = measurement_tables()[table]
+        item, bounds = sorted(ranges.items())[0]
+        rows = (  # the table's rows, and two of the first ranged item's pushed out of range (one each side)
+            f"SELECT {facts.item}, {facts.number} FROM {table} UNION ALL "
+            f"SELECT {item}, {bounds.low} - 1 UNION ALL SELECT {item}, {bounds.high} + 1"
+        )
+        by_expression = synthetic_source.sql(
+            f"SELECT * FROM ({rows}) t WHERE {impossible_sql(facts, ranges)} ORDER BY ALL"
+        ).fetchall()
+        by_relation = synthetic_source.sql(
+            f"SELECT x.* FROM ({rows}) x JOIN {ranges_relation(ranges)} ON x.{facts.item} = r.item "
+            f"WHERE x.{facts.number} < r.low OR x.{facts.number} > r.high ORDER BY ALL"
+        ).fetchall()
+        assert len(by_expression) >= 2 and by_relation == by_expression, table
+
+
 @pytest.mark.parametrize("source_fixture", ["source", "synthetic_source"])
 def test_implausible_value_population_maximum_leaves_impossible_readings_out(request, source_fixture):
     """A population maximum over readings some of which became impossible: the careless maximum is an impossible

@@ -114,6 +114,25 @@ def test_a_template_that_keeps_rejecting_a_sub_type_stops_trying_it():
     assert state.choose(_task(100, template="other"), ["a", "c"]) == "a"  # not for another template
 
 
+def test_a_wave_tries_a_sub_type_without_a_pair_on_no_more_tasks_than_could_kill_it():
+    """Session 27: the first wave of a 120-task template tried each sub-type on about 20 tasks, and a sub-type the
+    template never verifies spent all 20. Until it has a pair, a sub-type is in flight on at most DEAD_AFTER tasks
+    (less its rejections); a task whose sub-types left are all in flight waits for the next wave."""
+    state = _PlanState(_fake(a="record", c="value"), per_cell=None)
+    tasks = [_task(n) for n in range(3 * DEAD_AFTER)]
+    picks = [state.choose(task, ["a", "c"]) for task in tasks]
+    assert Counter(picks) == {"a": DEAD_AFTER, "c": DEAD_AFTER, None: DEAD_AFTER}
+    assert all(state.waits(task, ["a", "c"]) for task, pick in zip(tasks, picks, strict=True) if pick is None)
+    tried_a = [task for task, pick in zip(tasks, picks, strict=True) if pick == "a"]
+    state.settle([(tried_a[0], "a")], ["no_candidate_rows"])  # one rejection frees no attempt: 5 in flight + 1
+    assert state.choose(tasks[-1], ["a"]) is None and state.waits(tasks[-1], ["a"])
+    state.settle([(task, "a") for task in tried_a[1:]], ["no_candidate_rows"] * (DEAD_AFTER - 1))
+    assert state.choose(tasks[-1], ["a"]) is None and not state.waits(tasks[-1], ["a"])  # dead: nothing to wait for
+    state.record[("t", "c")] = [1, 0]  # a pair of "c": it is tried on every task that wants it
+    untried = [task for task in tasks if "c" not in state.tried.get(task.task_id, set())]
+    assert len(untried) == 2 * DEAD_AFTER and all(state.choose(task, ["c"]) == "c" for task in untried)
+
+
 def test_a_task_whose_clean_evidence_needs_mending_does_not_kill_a_sub_type():
     """clean_evidence_impossible is the task's fault (its record holds an impossible number before any noise), so
     however often it comes back, the template goes on trying the sub-type on its other tasks."""

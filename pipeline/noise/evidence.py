@@ -11,7 +11,7 @@ import polars as pl
 import sqlglot
 
 from pipeline.noise.base import Rejected
-from pipeline.noise.measurements import impossible_sql, measurement_tables, plausible_ranges
+from pipeline.noise.measurements import measurement_tables, plausible_ranges, ranges_relation
 from pipeline.templates.instantiate import CleanTask, jsonable_rows, typed_slots
 from pipeline.templates.render import render_sql
 from pipeline.templates.spec import Template
@@ -98,5 +98,9 @@ def _impossible_rows(con, table: str, rows_sql: str) -> bool:
     facts, ranges = measurement_tables().get(table), plausible_ranges().get(table)
     if facts is None or not ranges:
         return False
-    found = con.sql(f"SELECT 1 FROM ({rows_sql}) {table} WHERE {impossible_sql(facts, ranges)} LIMIT 1")
+    number = f"x.{facts.number}"
+    found = con.sql(
+        f"SELECT 1 FROM ({rows_sql}) x JOIN {ranges_relation(ranges)} ON x.{facts.item} = r.item "
+        f"WHERE {number} < r.low OR {number} > r.high LIMIT 1"
+    )
     return bool(found.fetchall())

@@ -13,7 +13,10 @@ aggregate moves only where an impossible or re-expressed number reaches it, and 
 Spread evenly, the levels left 3,241 of session 24's 5,634 published pairs patient-level query noise, and in session
 25 the 120 tasks of the population maximum of a lab made 99 unknown_concept pairs and 21 value ones. A task takes
 it when its record and value sub-types are spent. A sub-type that a template has rejected `DEAD_AFTER` times
-without one pair is not tried again on its further tasks.
+without one pair is not tried again on its further tasks; until it has a pair, a wave tries it on no more of the
+template's tasks than would make `DEAD_AFTER` (the first wave of session 26's 120-task templates tried each sub-type
+on about 20, and a sub-type no task of a template verifies spent all 20; the others take their next sub-type, or
+wait for the next wave when it is their last).
 Everything is counted per template, so neither the worker count nor the sharding of templates changes a pair.
 """
 
@@ -74,7 +77,12 @@ def planned_pairs(
     report = PlanReport(tasks=len(tasks))
     with Verifier(con, templates, subtypes, seed, workers, snapshot) as verify:
         while pending:
-            wave = [(task, name) for task in pending if (name := state.choose(task, options[task.task_id]))]
+            wave, waiting = [], set()
+            for task in pending:
+                if name := state.choose(task, options[task.task_id]):
+                    wave.append((task, name))
+                elif state.waits(task, options[task.task_id]):
+                    waiting.add(task.task_id)
             if not wave:
                 break
             report.waves.append(len(wave))
@@ -83,7 +91,8 @@ def planned_pairs(
             wave_verified, wave_rejected = collect(wave, results)
             verified.update(wave_verified)
             rejected.update(wave_rejected)
-            pending = state.settle(wave, results)
+            going_on = {task.task_id for task in state.settle(wave, results)} | waiting
+            pending = [task for task in pending if task.task_id in going_on]  # in the plan's seeded order
     report.verified = len(verified)
     report.without_pair = len(tasks) - len(verified)
     return verified, rejected, report
@@ -103,6 +112,8 @@ class _PlanState:
         self.cells: Counter[tuple] = Counter()
         self.tried: dict[str, set[str]] = {}
         self.record: dict[tuple[str, str], list[int]] = {}  # (template, sub-type) -> [pairs, rejections]
+        self.probing: Counter[tuple[str, str]] = Counter()  # (template, sub-type) with no pair -> attempts in flight
+        self.probes: set[tuple[str, str]] = set()  # (task id, sub-type) of those attempts
 
     def _cells(self, task: CleanTask, name: str) -> tuple[tuple, tuple]:
         """The task's template's level and sub-type cells: a template's tasks spread over its levels, then over each
@@ -114,16 +125,25 @@ class _PlanState:
         pairs, rejections = self.record.get((task.template_id, name), [0, 0])
         return pairs == 0 and rejections >= DEAD_AFTER
 
-    def choose(self, task: CleanTask, names: list[str]) -> str | None:
-        """The untried sub-type this task should try next (and count it as planned), or None."""
-        tried = self.tried.setdefault(task.task_id, set())
-        open_names = [
+    def _probed_enough(self, task: CleanTask, name: str) -> bool:
+        """The sub-type has no pair for the template, and its attempts in flight could already kill it."""
+        pairs, rejections = self.record.get((task.template_id, name), [0, 0])
+        return pairs == 0 and rejections + self.probing[(task.template_id, name)] >= DEAD_AFTER
+
+    def _open(self, task: CleanTask, names: list[str]) -> list[str]:
+        """The sub-types the task has not tried, alive for its template, whose cell is not full."""
+        tried = self.tried.get(task.task_id, set())
+        return [
             n
             for n in names
             if n not in tried
             and not self._dead(task, n)
             and (self.per_cell is None or self.cells[self._cells(task, n)[1]] < self.per_cell)
         ]
+
+    def choose(self, task: CleanTask, names: list[str]) -> str | None:
+        """The untried sub-type this task should try next in this wave (and count it as planned), or None."""
+        open_names = [n for n in self._open(task, names) if not self._probed_enough(task, n)]
         if not open_names:
             return None
         name = min(
@@ -135,10 +155,17 @@ class _PlanState:
                 n,
             ),
         )
-        tried.add(name)
+        self.tried.setdefault(task.task_id, set()).add(name)
+        if self.record.get((task.template_id, name), [0, 0])[0] == 0:
+            self.probing[(task.template_id, name)] += 1
+            self.probes.add((task.task_id, name))
         for cell in self._cells(task, name):
             self.cells[cell] += 1
         return name
+
+    def waits(self, task: CleanTask, names: list[str]) -> bool:
+        """(Where `choose` gave None) the task has sub-types left, all being probed on other tasks in this wave."""
+        return bool(self._open(task, names))
 
     def settle(self, wave: list[Attempt], results: list[NoisePair | str]) -> list[CleanTask]:
         """Record the wave's results: a rejected attempt no longer counts as planned; its task goes on (unless its
@@ -146,6 +173,9 @@ class _PlanState:
         pending = []
         for (task, name), result in zip(wave, results, strict=True):
             record = self.record.setdefault((task.template_id, name), [0, 0])
+            if (task.task_id, name) in self.probes:
+                self.probes.remove((task.task_id, name))
+                self.probing[(task.template_id, name)] -= 1
             if isinstance(result, NoisePair):
                 record[0] += 1
                 continue
