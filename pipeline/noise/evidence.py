@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -11,27 +11,33 @@ import polars as pl
 import sqlglot
 
 from pipeline.noise.base import Rejected
+from pipeline.noise.guards import KeyRows, keys_frame
 from pipeline.noise.measurements import measurement_tables, plausible_ranges, ranges_relation
-from pipeline.templates.instantiate import CleanTask, jsonable_rows, typed_slots
+from pipeline.templates.instantiate import CleanTask, typed_slots
 from pipeline.templates.render import render_sql
 from pipeline.templates.spec import Template
 
 
-def task_evidence(con: duckdb.DuckDBPyConnection, task: CleanTask) -> list[dict[str, Any]]:
+def task_evidence(con: duckdb.DuckDBPyConnection, task: CleanTask) -> Sequence[dict[str, Any]]:
     """Every evidence row of the task: those it carries, or (when it carries only the first ones) its evidence
-    query run again on the source `con`, sorted as at instantiation."""
+    query run again on the source `con`, sorted as at instantiation (held as a frame: `KeyRows`)."""
     if task.evidence_rows is None or task.evidence_rows == len(task.evidence):
         return task.evidence
-    return jsonable_rows(con.sql(f"SELECT * FROM ({task.evidence_sql}) ORDER BY ALL").pl())
+    return KeyRows(con.sql(f"SELECT * FROM ({task.evidence_sql}) ORDER BY ALL").pl())
 
 
-def evidence_table(con: duckdb.DuckDBPyConnection, task: CleanTask) -> tuple[str, list[str], list[dict[str, Any]]]:
+def evidence_table(con: duckdb.DuckDBPyConnection, task: CleanTask) -> tuple[str, list[str], Sequence[dict[str, Any]]]:
     """(table, key columns, key rows) of the task's evidence; all evidence must sit in one table."""
     evidence = task_evidence(con, task)
-    tables = {row["table_name"] for row in evidence}
+    if isinstance(evidence, KeyRows):
+        tables, keys = set(evidence.frame["table_name"].unique()), evidence.frame.columns
+    else:
+        tables, keys = {row["table_name"] for row in evidence}, list(evidence[0])
     if len(tables) != 1:
         raise Rejected("evidence_spans_tables")
-    keys = [c for c in evidence[0] if c != "table_name"]
+    keys = [c for c in keys if c != "table_name"]
+    if isinstance(evidence, KeyRows):
+        return tables.pop(), keys, KeyRows(evidence.frame.select(keys))
     return tables.pop(), keys, [{c: row[c] for c in keys} for row in evidence]
 
 
@@ -49,12 +55,12 @@ def candidate_keys(
 
 
 @contextmanager
-def keyed_rows(con: duckdb.DuckDBPyConnection, table: str, keys: list[dict[str, Any]]) -> Iterator[Callable[..., str]]:
+def keyed_rows(
+    con: duckdb.DuckDBPyConnection, table: str, keys: Sequence[dict[str, Any]]
+) -> Iterator[Callable[..., str]]:
     """Yields `rows(relation=table)`: SQL for the rows of a relation with the given keys. It is a semi-join with
     a registered key frame (typed like the table), not a long IN list: DuckDB pushes the join's key range into
     the scan, and the cost does not grow with the text it has to parse."""
-    from pipeline.noise.guards import keys_frame  # the polars typing of ISO-text keys
-
     columns = list(keys[0])
     schema = con.sql(f"SELECT {', '.join(columns)} FROM {table} LIMIT 0").pl().schema
     con.register("__evidence_keys", keys_frame(keys, schema).collect())
@@ -65,12 +71,12 @@ def keyed_rows(con: duckdb.DuckDBPyConnection, table: str, keys: list[dict[str, 
         con.unregister("__evidence_keys")
 
 
-def rows_by_key(con: duckdb.DuckDBPyConnection, table: str, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rows_by_key(con: duckdb.DuckDBPyConnection, table: str, keys: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Full source rows for the given key rows, sorted."""
     return frame_by_key(con, table, keys).to_dicts() if keys else []
 
 
-def frame_by_key(con: duckdb.DuckDBPyConnection, table: str, keys: list[dict[str, Any]]) -> pl.DataFrame:
+def frame_by_key(con: duckdb.DuckDBPyConnection, table: str, keys: Sequence[dict[str, Any]]) -> pl.DataFrame:
     """Full source rows for the given (non-empty) key rows, sorted, as a frame (a population question's evidence
     can be a large slice of a table: rows become Python dicts only where a few are picked)."""
     with keyed_rows(con, table, keys) as rows:

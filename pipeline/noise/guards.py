@@ -8,18 +8,19 @@ programs check each other on every pair.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, overload
 
 import polars as pl
 
+from pipeline.templates.instantiate import jsonable_rows
 from pipeline.templates.render import sql_literal
 from pipeline.templates.spec import Template
 
 AbstainRule = Callable[[pl.DataFrame], bool]
 
 
-def _key_match_sql(keys: list[dict[str, Any]]) -> str:
+def _key_match_sql(keys: Sequence[dict[str, Any]]) -> str:
     """The rows with one of the keys; a key with a NULL part (a culture without an organism) matches null-safe."""
     columns = list(keys[0])
     if any(row[c] is None for row in keys for c in columns):
@@ -42,9 +43,37 @@ def _iso(value: Any) -> Any:
     return value.isoformat() if isinstance(value, dt.date) else value
 
 
-def keys_frame(keys: list[dict[str, Any]], schema: pl.Schema) -> pl.LazyFrame:
-    """Key rows (datetimes as ISO text, as tasks store them, or as datetimes) typed like the table's columns.
-    Built column by column: a population question's evidence can hold hundreds of thousands of keys."""
+class KeyRows(Sequence[dict[str, Any]]):
+    """Key rows held as a frame: a population question's evidence is hundreds of thousands of keys at 1,000
+    patients, millions at 10,000, and turning them into dicts and back cost a third of a pair's time there. A row
+    becomes a dict (times as ISO text, as tasks store them) only where one is read; `keys_frame` takes the frame."""
+
+    def __init__(self, frame: pl.DataFrame):
+        self.frame = frame
+
+    def __len__(self) -> int:
+        return self.frame.height
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):  # as a list's slice is: dicts
+            return jsonable_rows(self.frame[index])
+        if not -self.frame.height <= index < self.frame.height:
+            raise IndexError(index)
+        return jsonable_rows(self.frame.slice(index % self.frame.height, 1))[0]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(jsonable_rows(self.frame))
+
+
+def keys_frame(keys: Sequence[dict[str, Any]], schema: pl.Schema) -> pl.LazyFrame:
+    """Key rows (datetimes as ISO text, as tasks store them, or as datetimes; or `KeyRows`) typed like the table's
+    columns. Built column by column: a population question's evidence can hold hundreds of thousands of keys."""
+    if isinstance(keys, KeyRows):
+        return keys.frame.select(pl.col(name).cast(schema[name]) for name in keys.frame.columns).lazy()
     return pl.DataFrame([_key_column(name, [key[name] for key in keys], schema[name]) for name in keys[0]]).lazy()
 
 
@@ -57,7 +86,7 @@ def _key_column(name: str, values: list[Any], target: pl.DataType) -> pl.Series:
     return pl.Series(name, values).cast(target)
 
 
-def guarded_sql(gold_sql: str, table: str, keys: list[dict[str, Any]], abstain_sql: str) -> str:
+def guarded_sql(gold_sql: str, table: str, keys: Sequence[dict[str, Any]], abstain_sql: str) -> str:
     """`abstain_sql` is a boolean SQL expression over the CTE `evidence` (the keyed rows of `table`)."""
     return (
         f"WITH evidence AS (SELECT * FROM {table} WHERE {_key_match_sql(keys)})\n"
@@ -65,7 +94,7 @@ def guarded_sql(gold_sql: str, table: str, keys: list[dict[str, Any]], abstain_s
     )
 
 
-def guarded_python(template: Template, gold, table: str, keys: list[dict[str, Any]], abstain: AbstainRule):
+def guarded_python(template: Template, gold, table: str, keys: Sequence[dict[str, Any]], abstain: AbstainRule):
     """A `reference(tables, slots)` that returns no answer when `abstain(evidence rows)` is true."""
     records, on = template.spec.answer.records, list(keys[0])
 

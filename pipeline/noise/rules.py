@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -74,7 +75,7 @@ class Rule:
 class Evidence:
     table: str
     key_columns: list[str]
-    keys: list[dict[str, Any]]
+    keys: Sequence[dict[str, Any]]  # KeyRows for a large evidence
     facts: MeasurementTable | None  # None: not a measurement table
     rows: pl.DataFrame  # one source row per key, sorted
 

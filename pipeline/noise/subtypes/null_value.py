@@ -79,7 +79,7 @@ class NullValue(NoiseSubtype):
         ]
         blank = dict.fromkeys([number, *stating])
         blanked = [{**row, **blank} for row in rows]
-        patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=keys, add=blanked)})
+        patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=list(keys), add=blanked)})
         patch = sibling_patch(con, table, rows, blanked, patch)
         gold = load_python_program(template)
         return NoisyTwin(

@@ -1,0 +1,44 @@
+"""A large evidence stays a frame (`KeyRows`): its rows read as the dicts tasks store, and keyed by it, DuckDB and
+polars find the very rows the dicts would find."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.noise.evidence import evidence_table, frame_by_key
+from pipeline.noise.guards import KeyRows, keys_frame
+from pipeline.templates.instantiate import EVIDENCE_INLINE_MAX, instantiate, jsonable_rows
+from pipeline.templates.registry import load_templates
+
+TEMPLATES = {t.id: t for t in load_templates()}
+
+
+@pytest.fixture(scope="module")
+def population_task(synthetic_source):
+    """A population mean of a vital sign: its evidence is every charted value of the item, too many to carry."""
+    tasks, _ = instantiate(synthetic_source, [TEMPLATES["vital_mean_value_population"]], per_template=1, seed=0)
+    (task,) = tasks
+    assert task.evidence_rows > EVIDENCE_INLINE_MAX == len(task.evidence)
+    return task
+
+
+def test_key_rows_read_as_the_dicts_a_task_stores(synthetic_source):
+    frame = synthetic_source.sql("SELECT stay_id, charttime, itemid FROM chartevents ORDER BY ALL LIMIT 50").pl()
+    rows, dicts = KeyRows(frame), jsonable_rows(frame)
+    assert len(rows) == 50 and list(rows) == dicts and isinstance(dicts[0]["charttime"], str)
+    assert rows[0] == dicts[0] and rows[-1] == dicts[-1] and rows[10:12] == dicts[10:12]
+    with pytest.raises(IndexError):
+        rows[50]
+    schema = synthetic_source.sql("SELECT stay_id, charttime, itemid FROM chartevents LIMIT 0").pl().schema
+    assert keys_frame(rows, schema).collect().equals(keys_frame(dicts, schema).collect())
+
+
+def test_a_large_evidence_is_kept_as_a_frame_and_keys_the_same_rows(synthetic_source, population_task):
+    table, columns, keys = evidence_table(synthetic_source, population_task)
+    assert isinstance(keys, KeyRows) and len(keys) == population_task.evidence_rows
+    assert table == "chartevents" and list(keys[0]) == columns
+    assert keys[: len(population_task.evidence)] == [
+        {c: row[c] for c in columns} for row in population_task.evidence
+    ]  # the rows the task carries come first, as it stores them
+    by_frame, by_dicts = frame_by_key(synthetic_source, table, keys), frame_by_key(synthetic_source, table, list(keys))
+    assert by_frame.height == len(keys) and by_frame.equals(by_dicts)
