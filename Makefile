@@ -14,7 +14,7 @@ PER_TEMPLATE ?= 120
 WORKERS ?= 2
 VERSION ?= synthetic-$(PATIENTS)-seed$(SEED)
 
-.PHONY: run demo test test-fast lint venv bench clean
+.PHONY: run demo test test-fast lint venv bench proof clean
 
 venv: $(STAMP)
 
@@ -79,6 +79,16 @@ bench: venv
 	$(BIN)/python benchmarks/bench_build.py $(DATA)/synthetic-$(PATIENTS)-seed$(SEED).duckdb --per-template 10 --workers 1,2
 	$(BIN)/python benchmarks/bench_env.py $(DATA)/releases/$(VERSION) $(DATA)/synthetic-$(PATIENTS)-seed$(SEED).duckdb
 	$(BIN)/python benchmarks/bench_eval.py $(DATA)/releases/$(VERSION) $(DATA)/synthetic-$(PATIENTS)-seed$(SEED).duckdb
+
+# The full-scale proof (issue 14, a benchmark, not part of make test): a 100,000-patient synthetic source (about
+# 1 billion rows, generated in chunks) and one build on it, each process's DuckDB held to PROOF_MEMORY;
+# benchmarks/results/scale-100000.json.
+PROOF_PATIENTS ?= 100000
+PROOF_PER_TEMPLATE ?= 1
+PROOF_MEMORY ?= 3GB
+proof: venv
+	EHRGYM_DUCKDB_MEMORY=$(PROOF_MEMORY) $(BIN)/python benchmarks/bench_scale.py --patients $(PROOF_PATIENTS) \
+		--per-template $(PROOF_PER_TEMPLATE) --workers $(WORKERS)
 
 clean:
 	rm -rf $(VENV) $(DATA) .pytest_cache

@@ -47,7 +47,10 @@ def build_params() -> dict[str, Param]:
         ),
         "template_shards": Param(1, type="integer", minimum=1, description="mapped task groups per intent"),
         "pair_workers": Param(
-            1, type="integer", minimum=1, description="processes instantiating and verifying inside each mapped task"
+            1,
+            type="integer",
+            minimum=1,
+            description="processes instantiating and verifying inside each mapped task and the fill",
         ),
     }
 
@@ -131,7 +134,8 @@ def pairs(work: str, tasks: str) -> str:
 def fill(work: str, tasks: list[str], pairs: list[str]) -> str:
     from pipeline import stages
 
-    return str(stages.fill(Path(work), [Path(p) for p in tasks], [Path(p) for p in pairs]))
+    workers = int(get_current_context()["params"].get("pair_workers", 1))
+    return str(stages.fill(Path(work), [Path(p) for p in tasks], [Path(p) for p in pairs], workers=workers))
 
 
 @task

@@ -44,7 +44,7 @@ STAGE_TABLE: tuple[Stage, ...] = (
         options=("progress", "workers"),
     ),
     Stage("pairs", "pair_shard", ("work", "tasks"), "pairs", per_shard=True, options=("progress", "workers")),
-    Stage("fill", "fill", ("work", "tasks", "pairs"), "filled", options=("progress",)),
+    Stage("fill", "fill", ("work", "tasks", "pairs"), "filled", options=("progress", "workers")),
     Stage("assemble", "assemble", ("work", "source", "tasks", "pairs", "filled"), "assembled"),
     Stage("pair_gate", "pair_gate", ("work", "assembled"), "gates", gate=True, options=("gate", "progress")),
     Stage("publish", "publish", ("work", "assembled", "gates"), "release"),

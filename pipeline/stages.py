@@ -332,10 +332,12 @@ def merged_pairs(pairs_dirs: Iterable[Path]) -> tuple[dict[str, list[NoisePair]]
     return verified, rejected
 
 
-def fill(work: Path, tasks_dirs: list[Path], pairs_dirs: list[Path], progress: Progress | None = None) -> Path:
+def fill(
+    work: Path, tasks_dirs: list[Path], pairs_dirs: list[Path], progress: Progress | None = None, workers: int = 1
+) -> Path:
     """Pairs for the intent x sub-type cells that no shard's pair covers, from further clean tasks
     (`filled/pairs.jsonl`, `rejected.json` as a shard's, `cells.json`: what each cell took, and `report.json`: the
-    further draw's instantiation report)."""
+    further draw's instantiation report); `workers` processes draw and verify them (the files do not depend on it)."""
 
     def write(tmp: Path) -> None:
         config = load_config(work)
@@ -355,6 +357,7 @@ def fill(work: Path, tasks_dirs: list[Path], pairs_dirs: list[Path], progress: P
                 drawing=drawing,
                 on_cell=lambda n, total: progress and progress("fill", n, total),
                 snapshot=ensure_snapshot(config.db),
+                workers=workers,
             )
         jsonl.write(tmp / "pairs.jsonl", (p for task_id in sorted(found) for p in found[task_id]))
         _write_text(tmp / "rejected.json", json.dumps(sorted([*key, n] for key, n in rejected.items())) + "\n")

@@ -138,6 +138,17 @@ def test_programs_compare_every_concept_slot_as_a_concept():
             assert f'slots["{name}"]' in python and f'== slots["{name}"]' not in python, f"{template.id}: {name}"
 
 
+def _kept_per_concept(template, names: list[str], rows: list[tuple]) -> list[tuple]:
+    """one_per_concept on candidates in the given order, read back in their new order."""
+    con = duckdb.connect()
+    frame = pl.DataFrame(rows, schema={**dict.fromkeys(names[:2], pl.Int64), names[2]: pl.String}, orient="row")
+    con.register("rows", frame)
+    con.execute("CREATE TEMP TABLE candidates AS SELECT * FROM rows")  # numbered by rowid in this order
+    kept = con.sql(f"SELECT rowid, * FROM {one_per_concept(con, template, 'candidates')} ORDER BY rowid").fetchall()
+    assert [row[0] for row in kept] == list(range(len(kept)))  # numbered again from 0, for the draw
+    return [row[1:] for row in kept]
+
+
 def test_sampling_keeps_one_candidate_per_concept_in_display_form():
     template = next(t for t in load_templates() if t.id == "drug_order_count_in_admission")
     names = list(template.spec.slots)
@@ -149,11 +160,10 @@ def test_sampling_keeps_one_candidate_per_concept_in_display_form():
         (1, 2, "OxyCODONE (Immediate Release)"),
         (1, 3, "LamoTRIgine"),
     ]
-    frame = pl.DataFrame(rows, schema=names, orient="row")
-    assert one_per_concept(template, frame).rows() == [
+    assert _kept_per_concept(template, names, rows) == [
         (1, 2, "Lamotrigine"),
         (1, 2, "Oxycodone (Immediate Release)"),
         (1, 3, "Lamotrigine"),
     ]
-    with_null = pl.DataFrame([(1, 2, None), (1, 2, None), (1, 2, "LaMOTrigine")], schema=names, orient="row")
-    assert one_per_concept(template, with_null).rows() == [(1, 2, None), (1, 2, "Lamotrigine")]
+    with_null = [(1, 2, None), (1, 2, None), (1, 2, "LaMOTrigine")]
+    assert _kept_per_concept(template, names, with_null) == [(1, 2, None), (1, 2, "Lamotrigine")]

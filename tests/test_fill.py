@@ -11,11 +11,11 @@ from pipeline import stages
 from pipeline.build import BuildConfig
 from pipeline.db import open_source
 from pipeline.noise.base import subtypes
-from pipeline.release.fill import applicable_cells, empty_cells
+from pipeline.release.fill import applicable_cells, empty_cells, fill_cells
+from pipeline.release.pairs import CHUNK
 from pipeline.stages import run_build
 from pipeline.templates.answers import answers_agree
 from pipeline.templates.instantiate import InstantiationReport, instantiate, more_tasks
-from pipeline.templates.programs import Tables
 from pipeline.templates.registry import load_templates
 
 
@@ -46,13 +46,14 @@ def test_applicable_and_empty_cells_follow_the_templates_and_the_verified_pairs(
 def test_more_tasks_are_new_seeded_and_agree_like_the_first(synthetic_db: Path):
     template = _template("procedure_first_date_in_admission")
     with open_source(synthetic_db) as con:
-        tables = Tables(con)
         first, _ = instantiate(con, [template], 3, seed=5)
         known = {t.task_id for t in first}
-        more = more_tasks(con, tables, template, 6, 5, known, InstantiationReport())
-        again = more_tasks(con, tables, template, 6, 5, known, InstantiationReport())
+        more = more_tasks(con, [template], 6, 5, known, InstantiationReport())[template.id]
+        report = InstantiationReport()
+        again = more_tasks(con, [template, _template("lab_mean_value_population")], 6, 5, known, report, workers=2)
     assert more and not known & {t.task_id for t in more}
-    assert [t.model_dump() for t in more] == [t.model_dump() for t in again]
+    assert [t.model_dump() for t in more] == [t.model_dump() for t in again[template.id]]  # in a pool alike
+    assert report.kept == {template.id: len(more), "lab_mean_value_population": len(again["lab_mean_value_population"])}
     assert all(
         t.template_id == template.id and answers_agree(t.answer, t.python_answer, template.spec.answer) for t in more
     )
@@ -107,3 +108,28 @@ def test_without_a_draw_no_cell_is_filled(synthetic_db: Path, tmp_path: Path):
     filled = manifest["pairs"]["filled_cells"]
     assert filled and all(f["tried"] == f["kept"] == 0 for f in filled.values())
     assert manifest["config"]["fill_tasks"] == 0
+
+
+def test_a_fill_drawn_and_verified_by_two_workers_finds_and_counts_the_same(synthetic_db: Path):
+    template = _template("procedure_first_date_in_admission")
+    chosen = {name: subtypes()[name] for name in ("null_value", "displaced_time")}
+    tried = {}
+    with open_source(synthetic_db) as con:
+        tasks, _ = instantiate(con, [template], 1, seed=0)
+        for want in (4, 12):
+            results = []
+            for workers in (1, 2):
+                drawing = InstantiationReport()
+                found, rejected, cells = fill_cells(
+                    con, tasks, {}, [template], chosen, 0, draw=40, want=want, drawing=drawing, workers=workers
+                )
+                pair_ids = {task_id: [p.pair_id for p in pairs] for task_id, pairs in found.items()}
+                results.append((pair_ids, rejected, {c: f.model_dump() for c, f in cells.items()}, drawing))
+            assert results[0] == results[1], want
+            pair_ids, rejected, cells, _ = results[1]
+            assert len(pair_ids) == sum(fill["kept"] for fill in cells.values()) == want * len(cells)
+            assert sum(rejected.values()) == sum(fill["tried"] - fill["verified"] for fill in cells.values())
+            tried[want] = [fill["tried"] for fill in cells.values()]
+    # two workers verify two chunks a round: a cell the first chunk fills counts that chunk only, and a cell that
+    # needs more rounds goes on
+    assert CHUNK in tried[4] and max(tried[12]) > 2 * CHUNK, tried

@@ -309,11 +309,21 @@ def _touched_anchor_values(source: pl.LazyFrame, table_patch: TablePatch, schema
         renumbered = renumbered.with_columns(pl.col(column).replace(list(moves), list(moves.values())))
         touched.append(renumbered.filter(pl.col(column).is_in(list(moves.values()))).select(anchor))
     if table_patch.hide:
-        hidden = keys_frame(table_patch.hide, schema).collect().lazy()
-        touched.append(source.join(hidden, on=table_patch.key_columns, how="semi", nulls_equal=True).select(anchor))
+        hidden = keys_frame(table_patch.hide, schema).collect()
+        candidates = source.filter(*[_among(hidden[column]) for column in table_patch.key_columns])
+        touched.append(
+            candidates.join(hidden.lazy(), on=table_patch.key_columns, how="semi", nulls_equal=True).select(anchor)
+        )
     if table_patch.add:
         touched.append(keys_frame(table_patch.add, schema).select(anchor))
     return pl.concat(touched).unique().collect()[anchor] if touched else pl.Series(anchor, [], schema[anchor])
+
+
+def _among(values: pl.Series) -> pl.Expr:
+    """The rows whose column holds one of `values` (null among them: a null too), as a filter the Parquet scan
+    prunes row groups by, so that a semi join on keys reads the keys' row groups, not the whole table."""
+    found = pl.col(values.name).is_in(values.drop_nulls().unique().implode())
+    return found | pl.col(values.name).is_null() if values.null_count() else found.fill_null(False)
 
 
 def _placed(source: pl.LazyFrame, added: pl.LazyFrame, table: str) -> pl.LazyFrame:

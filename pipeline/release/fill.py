@@ -17,9 +17,8 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.noise.base import NoiseSubtype
 from pipeline.noise.verify import NoisePair
-from pipeline.release.pairs import CHUNK, candidate_pairs
+from pipeline.release.pairs import CHUNK, Verifier, collect
 from pipeline.templates.instantiate import CleanTask, InstantiationReport, more_tasks
-from pipeline.templates.programs import Tables
 from pipeline.templates.spec import Template
 
 Cell = tuple[str, str]  # (intent, sub-type)
@@ -66,40 +65,50 @@ def fill_cells(
     drawing: InstantiationReport,
     on_cell: Callable[[int, int], None] | None = None,
     snapshot: Path | None = None,
+    workers: int = 1,
 ) -> tuple[dict[str, list[NoisePair]], Counter, dict[str, CellFill]]:
     """Pairs for the empty cells (by clean task id; one sub-type per task, a task fills one cell), the
     rejections met on the way by (template, sub-type, reason), and what each cell took; `drawing` counts the
     further clean tasks kept and the candidates dropped. `draw` further tasks per template of a cell are tried in
-    batches, in round-robin order over its templates, until `want` verify (in this process: a cell needs few
-    tasks, and stops at the batch that fills it)."""
+    chunks, in round-robin order over its templates, until `want` verify: a cell stops at the chunk that fills it.
+    `workers` processes draw the tasks and verify `workers` chunks at once; what the chunks after the filling one
+    found is not used or counted, so the files do not depend on the number of workers."""
     empty = empty_cells(verified, templates, subtypes)
+    by_id = {t.id: t for t in templates}
+    needed = [by_id[i] for i in dict.fromkeys(t.id for cell_templates in empty.values() for t in cell_templates)]
     known = {t.task_id for t in tasks}
-    tables, by_id = Tables(con, snapshot=snapshot), {t.id: t for t in templates}
-    drawn: dict[str, list[CleanTask]] = {}
+    drawn = more_tasks(con, needed, draw, seed, known, drawing, workers, snapshot)
     found: dict[str, list[NoisePair]] = {}
     rejected: Counter = Counter()
     report: dict[str, CellFill] = {}
-    for done, ((intent, name), cell_templates) in enumerate(empty.items(), start=1):
-        for template in cell_templates:
-            if template.id not in drawn:
-                drawn[template.id] = more_tasks(con, tables, template, draw, seed, known, drawing)
-        queue = [t for t in _round_robin([drawn[t.id] for t in cell_templates]) if t.task_id not in found]
-        fill = report[f"{intent}/{name}"] = CellFill(templates=[t.id for t in cell_templates])
-        for start in range(0, len(queue), CHUNK):
-            chunk = queue[start : start + CHUNK]
-            pairs, chunk_rejected = candidate_pairs(con, chunk, by_id, {name: subtypes[name]}, seed, snapshot=snapshot)
+    with Verifier(con, by_id, subtypes, seed, workers, snapshot) as verify:
+        for done, ((intent, name), cell_templates) in enumerate(empty.items(), start=1):
+            queue = [t for t in _round_robin([drawn[t.id] for t in cell_templates]) if t.task_id not in found]
+            fill = report[f"{intent}/{name}"] = CellFill(templates=[t.id for t in cell_templates])
+            _fill_cell(verify, queue, name, want, fill, found, rejected)
+            if on_cell:
+                on_cell(done, len(empty))
+    return found, rejected, report
+
+
+def _fill_cell(verify: Verifier, queue, name: str, want: int, fill: CellFill, found: dict, rejected: Counter) -> None:
+    """Verify the queue's tasks for sub-type `name`, a round of `workers` chunks at a time, and take the chunks in
+    order up to the one that fills the cell."""
+    round_size = CHUNK * max(1, verify.workers)
+    for start in range(0, len(queue), round_size):
+        attempts = [(task, name) for task in queue[start : start + round_size]]
+        results = verify(attempts)
+        for at in range(0, len(attempts), CHUNK):
+            pairs, chunk_rejected = collect(attempts[at : at + CHUNK], results[at : at + CHUNK])
             rejected.update(chunk_rejected)
-            fill.tried += len(chunk)
+            fill.tried += len(attempts[at : at + CHUNK])
             fill.verified += len(pairs)
-            for task in chunk:
+            for task, _ in attempts[at : at + CHUNK]:
                 if task.task_id in pairs and fill.kept < want:
                     found[task.task_id] = pairs[task.task_id]
                     fill.kept += 1
             if fill.kept >= want:
-                break
-        if on_cell:
-            on_cell(done, len(empty))
-    return found, rejected, report
+                return
 
 
 def _round_robin(lists: list[list[CleanTask]]) -> list[CleanTask]:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.atomic import atomic_output
 from pipeline.concepts import concept_key, display_value
-from pipeline.db import database_path, open_source
+from pipeline.db import database_path, open_source, scalar
 from pipeline.templates.answers import AnswerShapeError, AnswerValue, answers_agree, canonical_answer, is_empty
 from pipeline.templates.programs import Tables, load_python_program, run_sql, tables_for
 from pipeline.templates.render import render, render_sampler, render_sql
@@ -96,39 +96,74 @@ def template_rng(template_id: str, seed: int) -> np.random.Generator:
 def sample_slots(
     con: duckdb.DuckDBPyConnection, template: Template, count: int, rng: np.random.Generator
 ) -> list[dict]:
-    """Up to `count` candidate slot rows drawn without replacement from the sampler's (sorted) result, one per
-    concept (`one_per_concept`). The rows stay a frame until the draw: a sampler can give millions (every patient x
-    diagnosis pair at 10,000 patients)."""
-    names, sampler = list(template.spec.slots), render_sampler(template.spec.sampler)
-    frame = one_per_concept(template, con.sql(f"SELECT DISTINCT {', '.join(names)} FROM ({sampler}) ORDER BY ALL").pl())
-    if frame.is_empty():
-        return []
-    picks = rng.choice(frame.height, size=min(count, frame.height), replace=False)
-    return [frame.row(int(i), named=True) for i in picks]
-
-
-def one_per_concept(template: Template, frame: pl.DataFrame) -> pl.DataFrame:
-    """Rows with concept slots in display form, one row per concept: variants of a name ('LaMOTrigine',
-    'LamoTRIgine') are one candidate, shown as the first in the rows' order shows it. Each distinct name is
-    rewritten once, not once per row."""
-    concept = [
-        name for name in frame.columns if template.spec.slots[name].vocabulary and frame[name].dtype == pl.String
-    ]
-    if not concept:
-        return frame
-    keys = []
-    for name in concept:
-        vocabulary, names = template.spec.slots[name].vocabulary, frame[name].unique().drop_nulls().to_list()
-        shown = [display_value(vocabulary, value) for value in names]
-        forms = pl.DataFrame(
-            {name: names, f"__shown_{name}": shown, f"__key_{name}": [concept_key(v) for v in shown]},
-            schema={name: pl.String, f"__shown_{name}": pl.String, f"__key_{name}": pl.String},
+    """Up to `count` candidate slot rows drawn without replacement from the sampler's distinct rows in sorted order,
+    one per concept (`one_per_concept`). The candidates stay in DuckDB, numbered in a temporary table (which spills
+    to disk under the memory limit), and only the drawn rows come into Python: a sampler can give tens of millions
+    (every lab result at 10,000 patients; every patient x diagnosis pair took 3.8 GB as a frame)."""
+    names = ", ".join(_quoted(name) for name in template.spec.slots)
+    sampler = render_sampler(template.spec.sampler)
+    try:
+        con.execute(  # in sorted order (DuckDB keeps a query's order on insertion), so rowid numbers them
+            f"CREATE OR REPLACE TEMP TABLE {_CANDIDATES} AS SELECT DISTINCT {names} FROM ({sampler}) ORDER BY ALL"
         )
-        frame = frame.join(forms, on=name, how="left", maintain_order="left")
-        frame = frame.with_columns(pl.col(f"__shown_{name}").alias(name)).drop(f"__shown_{name}")
-        keys.append(f"__key_{name}")
-    others = [name for name in frame.columns if name not in concept and not name.startswith("__key_")]
-    return frame.unique(subset=[*keys, *others], keep="first", maintain_order=True).drop(keys)
+        candidates = one_per_concept(con, template, _CANDIDATES)
+        total = scalar(con, f"SELECT count(*) FROM {candidates}")
+        picks = [int(i) for i in rng.choice(total, size=min(count, total), replace=False)] if total else []
+        drawn = con.sql(
+            f"SELECT rowid AS __i, * FROM {candidates} WHERE rowid IN ({', '.join(map(str, picks)) or 'NULL'})"
+        ).pl()
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {_CANDIDATES}; DROP TABLE IF EXISTS {_KEPT}")
+    position = {i: k for k, i in enumerate(drawn["__i"].to_list())}
+    drawn = drawn.drop("__i")
+    return [drawn.row(position[i], named=True) for i in picks]
+
+
+_CANDIDATES, _KEPT = "__slot_candidates", "__slot_kept"  # temporary tables of one template's numbered candidates
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def one_per_concept(con: duckdb.DuckDBPyConnection, template: Template, candidates: str) -> str:
+    """The table of the candidates with one row per concept: variants of a name ('LaMOTrigine', 'LamoTRIgine') are
+    one candidate, shown as the first in the candidates' order shows it, in that order (numbered by rowid). Each
+    distinct name is rewritten once, in Python (`display_value`), not once per row. Without a concept slot (a
+    vocabulary slot of text), the candidates' own table."""
+    slots = template.spec.slots
+    relation = con.sql(f"FROM {candidates}")
+    types = {column: str(kind) for column, kind in zip(relation.columns, relation.types, strict=True)}
+    concepts = [name for name in slots if slots[name].vocabulary and types[name] == "VARCHAR"]
+    if not concepts:
+        return candidates
+    shown, keys, joins = {}, [], []
+    for k, name in enumerate(concepts):
+        distinct = con.sql(f"SELECT DISTINCT {_quoted(name)} FROM {candidates} WHERE {_quoted(name)} IS NOT NULL")
+        values = [row[0] for row in distinct.fetchall()]
+        forms = [display_value(slots[name].vocabulary, value) for value in values]
+        con.register(
+            f"__forms{k}",
+            pl.DataFrame(
+                {"name": values, "shown": forms, "key": [concept_key(form) for form in forms]},
+                schema={"name": pl.String, "shown": pl.String, "key": pl.String},
+            ),
+        )
+        joins.append(f"LEFT JOIN __forms{k} f{k} ON f{k}.name = c.{_quoted(name)}")
+        shown[name] = f"f{k}.shown"
+        keys.append(f"f{k}.key")
+    columns = ", ".join(f"{shown.get(name, 'c.' + _quoted(name))} AS {_quoted(name)}" for name in slots)
+    same = ", ".join(keys + [f"c.{_quoted(name)}" for name in slots if name not in shown])
+    try:
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE {_KEPT} AS SELECT * EXCLUDE (__first, __was) FROM (SELECT {columns},"
+            f" c.rowid AS __was, row_number() OVER (PARTITION BY {same} ORDER BY c.rowid) AS __first"
+            f" FROM {candidates} c {' '.join(joins)}) WHERE __first = 1 ORDER BY __was"
+        )
+    finally:
+        for k in range(len(concepts)):
+            con.unregister(f"__forms{k}")
+    return _KEPT
 
 
 def task_id(template: Template, slots: dict[str, Any]) -> str:
@@ -233,20 +268,27 @@ def instantiate(
     return tasks, report
 
 
-def _per_template(con, templates: list[Template], per_template: int, seed: int, workers: int, snapshot) -> Iterator:
-    """(kept tasks, its own report) per template, in the templates' order."""
+def _per_template(
+    con, templates: list[Template], count: int, seed: int, workers: int, snapshot, known: dict | None = None
+) -> Iterator:
+    """(kept tasks, its own report) per template, in the templates' order; with `known` (task ids by template id),
+    a further draw of each that skips them (`more_tasks`)."""
+    owns = [None if known is None else known[template.id] for template in templates]
     if workers <= 1 or len(templates) <= 1:
         tables = Tables(con, snapshot=snapshot)
-        for template in templates:
-            yield _one_template(con, tables, template, per_template, seed)
+        for template, own in zip(templates, owns, strict=True):
+            yield _one_template(con, tables, template, count, seed, own)
         return
     with spawn_pool(workers, _start_instantiator, (database_path(con), snapshot)) as pool:
-        yield from pool.map(_instantiate_in_worker, templates, [per_template] * len(templates), [seed] * len(templates))
+        n = len(templates)
+        yield from pool.map(_instantiate_in_worker, templates, [count] * n, [seed] * n, owns)
 
 
-def _one_template(con, tables: Tables, template: Template, per_template: int, seed: int) -> tuple:
+def _one_template(con, tables: Tables, template: Template, count: int, seed: int, own: set | None = None) -> tuple:
+    """A template's first draw, or (`own`: its task ids known so far) a further draw of its own seeded generator."""
     part = InstantiationReport()
-    return instantiate_template(con, tables, template, per_template, template_rng(template.id, seed), part), part
+    rng = template_rng(template.id if own is None else f"{template.id}/more", seed)
+    return instantiate_template(con, tables, template, count, rng, part, own or frozenset()), part
 
 
 _instantiator: dict = {}
@@ -257,26 +299,33 @@ def _start_instantiator(db_path: str, snapshot: Path | None) -> None:
     _instantiator.update(con=con, tables=Tables(con, snapshot=snapshot))
 
 
-def _instantiate_in_worker(template: Template, per_template: int, seed: int) -> tuple:
-    return _one_template(_instantiator["con"], _instantiator["tables"], template, per_template, seed)
+def _instantiate_in_worker(template: Template, count: int, seed: int, own: set | None) -> tuple:
+    return _one_template(_instantiator["con"], _instantiator["tables"], template, count, seed, own)
 
 
 def more_tasks(
     con: duckdb.DuckDBPyConnection,
-    tables: Tables,
-    template: Template,
+    templates: list[Template],
     count: int,
     seed: int,
     known: set[str],
     report: InstantiationReport,
-) -> list[CleanTask]:
-    """Up to `count` further agreeing tasks of a template, none of the `known` task ids, from a draw of their own
-    (seeded by the template and the seed, apart from `instantiate`'s): the candidates that fill a cell."""
-    rng = template_rng(f"{template.id}/more", seed)
-    own = {k for k in known if k.startswith(f"{template.id}-")}
-    kept = instantiate_template(con, tables, template, count, rng, report, own)
-    report.kept[template.id] = len(kept)
-    return kept
+    workers: int = 1,
+    snapshot: Path | None = None,
+) -> dict[str, list[CleanTask]]:
+    """Up to `count` further agreeing tasks of each template (by template id), none of the `known` task ids, from a
+    draw of its own (seeded by the template and the seed, apart from `instantiate`'s): the candidates that fill a
+    cell. `report` counts them; `workers` processes draw them (the tasks do not depend on it)."""
+    own = {t.id: {k for k in known if k.startswith(f"{t.id}-")} for t in templates}
+    drawn: dict[str, list[CleanTask]] = {}
+    for template, (kept, part) in zip(
+        templates, _per_template(con, templates, count, seed, workers, snapshot, own), strict=True
+    ):
+        report.dropped[template.id] = part.dropped[template.id]
+        report.compared += part.compared
+        report.agreed += part.agreed
+        report.kept[template.id], drawn[template.id] = len(kept), kept
+    return drawn
 
 
 def instantiate_template(
