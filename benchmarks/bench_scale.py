@@ -33,8 +33,8 @@ def generated(db: Path, patients: int, seed: int) -> dict:
     """Generate the source unless it is there; its generation figures (kept beside it, so a reused source still
     reports how long it took)."""
     figures = db.with_name(db.name + ".synth.json")
-    if db.is_file() and figures.is_file():
-        return json.loads(figures.read_text())
+    if db.is_file():  # never generated over: an existing source is reused, its figures only where they were kept
+        return json.loads(figures.read_text()) if figures.is_file() else {"reused": str(db), "seconds": None}
     db.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "pipeline.cli", "synth", "--db", str(db), "--patients", str(patients)]
     started = time.perf_counter()

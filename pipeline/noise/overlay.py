@@ -258,21 +258,28 @@ def polars_overlay(tables, patch: Patch, ordered: bool = True):
     """The same patch applied in polars to the cached clean frames: an independent second overlay for the
     Python reference programs (hidden keys anti-joined away, added rows placed as the SQL overlay places them;
     `ordered=False`: the patched anchors' rows after the others, as `overlay(ordered=False)` has them)."""
+    from pipeline.noise.guards import keys_frame
+
     frames = {}
     for table in patch.touched_tables:
         source, table_patch = tables[table], patch.tables[table]
         schema = source.collect_schema()
+        # typed like the table once (ISO text from a patches.jsonl becomes dates and times)
+        hidden = keys_frame(table_patch.hide, schema).collect() if table_patch.hide else None
+        added = keys_frame(table_patch.add, schema).select(list(schema)).collect() if table_patch.add else None
         if ordered:
-            frames[table] = _patched(source, table_patch, schema, table).sort("__pos", "__sub").drop("__pos", "__sub")
+            frames[table] = (
+                _patched(source, table_patch, hidden, added, table).sort("__pos", "__sub").drop("__pos", "__sub")
+            )
             continue  # lazy: filters push down
         anchor = _anchor_column(list(schema))
-        anchors = _touched_anchor_values(source, table_patch, schema, anchor)
+        anchors = _touched_anchor_values(source, table_patch, hidden, added, schema, anchor)
         is_touched = pl.col(anchor).is_in(anchors.drop_nulls().implode())
         if anchors.null_count():
             is_touched = is_touched | pl.col(anchor).is_null()
         # the patched anchors' rows are numbered among themselves (in the source's order, so they keep it): a
         # number over the whole table reads all of it (6 GB for chartevents at 10,000 patients), theirs only theirs
-        positioned = _patched(source.filter(is_touched), table_patch, schema, table)
+        positioned = _patched(source.filter(is_touched), table_patch, hidden, added, table)
         frames[table] = pl.concat(
             [source.filter(~is_touched.fill_null(False)), positioned.sort("__pos", "__sub").drop("__pos", "__sub")],
             how="diagonal_relaxed",
@@ -280,42 +287,45 @@ def polars_overlay(tables, patch: Patch, ordered: bool = True):
     return tables.replaced(frames)
 
 
-def _patched(rows: pl.LazyFrame, table_patch: TablePatch, schema: pl.Schema, table: str) -> pl.LazyFrame:
+def _patched(
+    rows: pl.LazyFrame, table_patch: TablePatch, hidden: pl.DataFrame | None, added: pl.DataFrame | None, table: str
+) -> pl.LazyFrame:
     """`rows` (the table, or its patched anchors' rows) with the patch applied, each row at its position among them
-    (`__pos`, `__sub`): renumbered ids in place, hidden keys anti-joined away, added rows placed."""
-    from pipeline.noise.guards import keys_frame
-
+    (`__pos`, `__sub`): renumbered ids in place, the `hidden` keys anti-joined away, the `added` rows placed (both
+    frames typed like the table, or None)."""
     frame = rows.with_row_index("__pos")
     for column, moves in table_patch.renumber.items():  # renumbered source rows keep their place
         frame = frame.with_columns(pl.col(column).replace(list(moves), list(moves.values())))
-    if table_patch.hide:
-        hidden = keys_frame(table_patch.hide, schema).collect().lazy()
-        frame = frame.join(hidden, on=table_patch.key_columns, how="anti", nulls_equal=True)
+    if hidden is not None:
+        frame = frame.join(hidden.lazy(), on=table_patch.key_columns, how="anti", nulls_equal=True)
     frame = frame.with_columns(pl.col("__pos").cast(pl.Int64), pl.lit(0, pl.Int64).alias("__sub"))
-    if table_patch.add:  # rows typed like the table (ISO text from a patches.jsonl becomes dates and times)
-        added = keys_frame(table_patch.add, schema).select(list(schema))
-        frame = pl.concat([frame, _placed(rows.with_row_index("__pos"), added, table)], how="diagonal_relaxed")
+    if added is not None:
+        frame = pl.concat([frame, _placed(rows.with_row_index("__pos"), added.lazy(), table)], how="diagonal_relaxed")
     return frame
 
 
-def _touched_anchor_values(source: pl.LazyFrame, table_patch: TablePatch, schema: pl.Schema, anchor: str) -> pl.Series:
+def _touched_anchor_values(
+    source: pl.LazyFrame,
+    table_patch: TablePatch,
+    hidden: pl.DataFrame | None,
+    added: pl.DataFrame | None,
+    schema: pl.Schema,
+    anchor: str,
+) -> pl.Series:
     """The anchors of the rows a table patch hides, renumbers or adds (as `_touched_anchors` finds them in SQL)."""
-    from pipeline.noise.guards import keys_frame
-
     touched: list[pl.LazyFrame] = []
     renumbered = source
     for column, moves in table_patch.renumber.items():
         touched.append(source.filter(pl.col(column).is_in(list(moves))).select(anchor))
         renumbered = renumbered.with_columns(pl.col(column).replace(list(moves), list(moves.values())))
         touched.append(renumbered.filter(pl.col(column).is_in(list(moves.values()))).select(anchor))
-    if table_patch.hide:
-        hidden = keys_frame(table_patch.hide, schema).collect()
+    if hidden is not None:
         candidates = source.filter(*[_among(hidden[column]) for column in table_patch.key_columns])
         touched.append(
             candidates.join(hidden.lazy(), on=table_patch.key_columns, how="semi", nulls_equal=True).select(anchor)
         )
-    if table_patch.add:
-        touched.append(keys_frame(table_patch.add, schema).select(anchor))
+    if added is not None:
+        touched.append(added.lazy().select(anchor))
     return pl.concat(touched).unique().collect()[anchor] if touched else pl.Series(anchor, [], schema[anchor])
 
 

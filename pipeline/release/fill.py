@@ -99,11 +99,12 @@ def _fill_cell(verify: Verifier, queue, name: str, want: int, fill: CellFill, fo
         attempts = [(task, name) for task in queue[start : start + round_size]]
         results = verify(attempts)
         for at in range(0, len(attempts), CHUNK):
-            pairs, chunk_rejected = collect(attempts[at : at + CHUNK], results[at : at + CHUNK])
+            chunk = attempts[at : at + CHUNK]
+            pairs, chunk_rejected = collect(chunk, results[at : at + CHUNK])
             rejected.update(chunk_rejected)
-            fill.tried += len(attempts[at : at + CHUNK])
+            fill.tried += len(chunk)
             fill.verified += len(pairs)
-            for task, _ in attempts[at : at + CHUNK]:
+            for task, _ in chunk:
                 if task.task_id in pairs and fill.kept < want:
                     found[task.task_id] = pairs[task.task_id]
                     fill.kept += 1
