@@ -30,6 +30,8 @@ def open_source(path: str | Path) -> duckdb.DuckDBPyConnection:
     con.execute("SET enable_progress_bar = false")  # a session option: it cannot go into connect's config
     if memory := os.environ.get("EHRGYM_DUCKDB_MEMORY"):
         con.execute("SET memory_limit = ?", [memory])
+    if threads := os.environ.get("EHRGYM_DUCKDB_THREADS"):
+        con.execute("SET threads = ?", [int(threads)])
     return con
 
 

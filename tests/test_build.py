@@ -380,6 +380,34 @@ def test_the_demo_release_holds_to_the_same_checks(demo_release_dir: Path, demo_
     )
 
 
+def _thread_pools(db: str) -> tuple[int, int]:
+    """A worker's polars pool size and the DuckDB threads of the source it opens."""
+    import polars
+
+    from pipeline.db import open_source, scalar
+
+    with open_source(db) as con:
+        return polars.thread_pool_size(), int(scalar(con, "SELECT current_setting('threads')"))
+
+
+def test_pool_workers_share_the_cores_and_the_parent_keeps_its_environment(synthetic_db: Path, monkeypatch):
+    """Two workers each as wide as the machine oversubscribe it (slower than one worker); each gets its share of the
+    cores for polars and DuckDB, a setting the user made is kept, and the parent's environment is as it was."""
+    from pipeline.workers import THREAD_SETTINGS, spawn_pool, usable_cores
+
+    for name in THREAD_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    share = max(1, usable_cores() // 2)
+    with spawn_pool(2, os.getpid, ()) as pool:
+        assert set(pool.map(_thread_pools, [str(synthetic_db)] * 4)) == {(share, share)}
+    assert not any(name in os.environ for name in THREAD_SETTINGS)
+
+    monkeypatch.setenv("POLARS_MAX_THREADS", "3")
+    with spawn_pool(2, os.getpid, ()) as pool:
+        assert pool.submit(_thread_pools, str(synthetic_db)).result() == (3, share)
+    assert os.environ["POLARS_MAX_THREADS"] == "3" and "EHRGYM_DUCKDB_THREADS" not in os.environ
+
+
 def test_pair_workers_die_with_their_parent(synthetic_db: Path):
     """A build killed by SIGKILL (Airflow, the OOM killer) must not leave its workers running on."""
     import subprocess

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -14,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.env.records import Trajectory
 from pipeline.evaluate.records import EpisodeResult
+from pipeline.workers import spawn_pool
 
 OnTask = Callable[[str, int], None]  # (agent name, episodes finished) after each task
 
@@ -160,17 +160,12 @@ def parallel_safe(name: str, options: dict[str, Any]) -> bool:
 
 @contextmanager
 def worker_pool(config: EvalConfig) -> Iterator[ProcessPoolExecutor | None]:
-    """A spawn-context pool (no forked DuckDB connections) of config.workers processes, or None for one worker."""
+    """A pool of config.workers spawn-started processes (`spawn_pool`: no forked DuckDB connections, a share of the
+    cores each, none outliving the evaluation), or None for one worker."""
     if config.workers < 2:
         yield None
         return
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(
-        config.workers,
-        mp_context=context,
-        initializer=_init_worker,
-        initargs=(config.release_dir, config.db, config.isolate),
-    ) as pool:
+    with spawn_pool(config.workers, _init_worker, (config.release_dir, config.db, config.isolate)) as pool:
         yield pool
 
 
