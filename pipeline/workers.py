@@ -46,7 +46,8 @@ class _SpawnWithEnvironment(SpawnContext):
         super().__init__()
         self.environment = environment
 
-    def Process(self, *args, **kwargs) -> SpawnProcess:  # noqa: N802 (multiprocessing's name)
+    # multiprocessing's own name, called as `context.Process(...)`: a method here, a class attribute there
+    def Process(self, *args, **kwargs) -> SpawnProcess:  # type: ignore[override]  # noqa: N802
         return _ProcessWithEnvironment(self.environment, *args, **kwargs)
 
 

@@ -42,3 +42,19 @@ def test_a_large_evidence_is_kept_as_a_frame_and_keys_the_same_rows(synthetic_so
     ]  # the rows the task carries come first, as it stores them
     by_frame, by_dicts = frame_by_key(synthetic_source, table, keys), frame_by_key(synthetic_source, table, list(keys))
     assert by_frame.height == len(keys) and by_frame.equals(by_dicts)
+
+
+def test_an_evidence_read_as_a_set_keeps_its_rows_and_a_limited_query_keeps_its_order(
+    synthetic_source, population_task
+):
+    """Checks that read evidence as a set skip its sort; a query whose LIMIT picks its rows by the order keeps it."""
+    from pipeline.noise.evidence import as_a_set
+
+    unsorted = as_a_set(population_task.evidence_sql)
+    assert "ORDER BY" in population_task.evidence_sql and "ORDER BY" not in unsorted
+    sorted_sql, differ = population_task.evidence_sql, "SELECT count(*) FROM (({}) EXCEPT ALL ({}))"
+    assert synthetic_source.sql(f"SELECT count(*) FROM ({unsorted})").fetchall() == [(population_task.evidence_rows,)]
+    assert synthetic_source.sql(differ.format(unsorted, sorted_sql)).fetchall() == [(0,)]
+    assert synthetic_source.sql(differ.format(sorted_sql, unsorted)).fetchall() == [(0,)]
+    last = "SELECT stay_id FROM chartevents ORDER BY charttime DESC LIMIT 1"
+    assert as_a_set(last) == last

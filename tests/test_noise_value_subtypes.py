@@ -141,6 +141,28 @@ def test_conflicting_duplicate(source, pair_of):
     assert_repaired(source, population, "outputevents", originals)
 
 
+def test_reading_a_conflict_by_its_added_rows_compares_only_the_conflicting_records(source, pair_of):
+    """either_value and a population conflict's copies-only reading read the overlay less the source rows of the
+    records a copy was added to; narrowed to those records it is the whole table's difference (that hashed all of
+    labevents per pair)."""
+    from pipeline.noise.overlay import less_source_records, source_catalog
+
+    pair = pair_of("conflicting_duplicate", "lab_last_value_in_admission")
+    record, labs = ["subject_id", "specimen_id", "itemid", "charttime"], f'"{source_catalog(source)}".main.labevents'
+    with overlay(source, pair.patch):
+        narrowed = less_source_records("labevents", labs, record, pair.patch.tables["labevents"].add)
+        whole = (
+            f"SELECT * FROM labevents EXCEPT ALL SELECT s.* FROM {labs} s "
+            f"SEMI JOIN temp.main.__add_labevents a USING ({', '.join(record)})"
+        )
+        differ = "SELECT count(*) FROM (({}) EXCEPT ALL ({}))"
+        assert scalar(source, differ.format(narrowed, whole)) == scalar(source, differ.format(whole, narrowed)) == 0
+        # the conflict's original row is gone, its copy (and every renumbered row) stays
+        assert (
+            scalar(source, "SELECT count(*) FROM labevents") - scalar(source, f"SELECT count(*) FROM ({narrowed})") == 1
+        )
+
+
 def test_text_and_dose_columns_outside_measurement_tables(source, pair_of):
     masked = pair_of("placeholder_value", "admission_discharge_location")
     assert masked.naive_answer.value == added_rows(masked)[0]["discharge_location"] == "___"  # the mask is the trap

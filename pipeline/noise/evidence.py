@@ -41,6 +41,16 @@ def evidence_table(con: duckdb.DuckDBPyConnection, task: CleanTask) -> tuple[str
     return tables.pop(), keys, [{c: row[c] for c in keys} for row in evidence]
 
 
+def as_a_set(sql: str) -> str:
+    """The query without its ORDER BY where it has no LIMIT or OFFSET (the same rows, unsorted): for a check that
+    reads its rows as a set (13.9 M heart-rate evidence rows at 100,000 patients took 3 s sorted, 1.2 s not)."""
+    tree = sqlglot.parse_one(sql, dialect="duckdb")
+    if tree.args.get("limit") or tree.args.get("offset"):
+        return sql
+    tree.set("order", None)
+    return tree.sql(dialect="duckdb")
+
+
 def candidate_keys(
     con: duckdb.DuckDBPyConnection, task: CleanTask, template: Template, at_most: int | None = None
 ) -> list[dict[str, Any]]:

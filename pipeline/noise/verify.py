@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.db import scalar
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected
-from pipeline.noise.evidence import impossible_among, keyed_rows
+from pipeline.noise.evidence import as_a_set, impossible_among, keyed_rows
 from pipeline.noise.measurements import has_plausible_ranges
 from pipeline.noise.overlay import overlay, overlay_diff, polars_overlay
 from pipeline.noise.patch import Patch
@@ -242,11 +242,12 @@ def impossible_evidence(con, task: CleanTask) -> bool:
     found by its evidence query on the source, with no row brought into Python."""
     if not has_plausible_ranges(task.evidence[0]["table_name"]):
         return False  # no measurement table with ranges (and so none, or more than one table)
-    tables = con.execute(f"SELECT DISTINCT table_name FROM ({task.evidence_sql})").fetchall()
+    evidence = as_a_set(task.evidence_sql)
+    tables = con.execute(f"SELECT DISTINCT table_name FROM ({evidence})").fetchall()
     if len(tables) != 1:
         return False
     columns = [c for c in task.evidence[0] if c != "table_name"]
-    return impossible_among(con, tables[0][0], f"SELECT {', '.join(columns)} FROM ({task.evidence_sql})", columns)
+    return impossible_among(con, tables[0][0], f"SELECT {', '.join(columns)} FROM ({evidence})", columns)
 
 
 def _accepted(con, twin: NoisyTwin, template: Template, clean: AnswerValue, expected: AnswerValue) -> list:

@@ -11,7 +11,7 @@ from sqlglot import exp
 
 from pipeline.concepts import concept_key, concept_sql
 from pipeline.db import scalar
-from pipeline.noise.overlay import source_catalog
+from pipeline.noise.overlay import less_source_records, source_catalog
 from pipeline.noise.recovery import strategy
 from pipeline.noise.recovery.case import Case
 from pipeline.noise.recovery.sql import answer_of, gold_tree, reads, rewrite_literals, temp_views, with_tables
@@ -311,11 +311,7 @@ def either_value(con: duckdb.DuckDBPyConnection, case: Case, rule: dict[str, Any
         return None
     catalog = source_catalog(con)
     originals = {t: f'SELECT * FROM "{catalog}".main.{t}' for t in added}
-    replaced = {
-        t: f'SELECT * FROM {t} EXCEPT ALL SELECT s.* FROM "{catalog}".main.{t} s WHERE '
-        f"({', '.join(f's.{c}' for c in rule['records'][t])}) IN ({_tuples(p.add, rule['records'][t])})"
-        for t, p in added.items()
-    }
+    replaced = {t: less_source_records(t, f'"{catalog}".main.{t}', rule["records"][t], p.add) for t, p in added.items()}
     answers = []
     for views in (originals, replaced):
         with temp_views(con, views) as names:
@@ -377,7 +373,3 @@ def _among(rows: list[dict[str, Any]], columns: list[str], alias: str = "t") -> 
     values = ", ".join("(" + ", ".join(sql_literal(row.get(c)) for c in columns) + ")" for row in rows)
     same = " AND ".join(f"{alias}.{c} IS NOT DISTINCT FROM __among.{c}" for c in columns)
     return f"EXISTS (SELECT 1 FROM (VALUES {values}) __among({', '.join(columns)}) WHERE {same})"
-
-
-def _tuples(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    return ", ".join("(" + ", ".join(sql_literal(row.get(c)) for c in columns) + ")" for row in rows)

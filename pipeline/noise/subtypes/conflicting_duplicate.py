@@ -20,7 +20,7 @@ from pipeline.noise.exclusion import reading_from
 from pipeline.noise.fresh_ids import fresh_ids
 from pipeline.noise.id_order import ID_ORDER, in_id_order
 from pipeline.noise.measurements import item_precision, item_span, measurement_tables
-from pipeline.noise.overlay import source_catalog
+from pipeline.noise.overlay import less_source_records, source_catalog
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.rules import (
     Evidence,
@@ -403,8 +403,5 @@ class ConflictingDuplicate(NoiseSubtype):
 
 def copies_only_sql(con, gold_sql: str, record: Record, originals: list[dict]) -> str:
     """The gold SQL reading each conflicting record by its added copy alone (its source rows left out)."""
-    group = ", ".join(record.group)
-    tuples = ", ".join("(" + ", ".join(sql_literal(row[c]) for c in record.group) + ")" for row in originals)
     source = f'"{source_catalog(con)}".main.{record.table}'
-    view = f"SELECT * FROM {record.table} EXCEPT ALL SELECT * FROM {source} WHERE ({group}) IN ({tuples})"
-    return reading_from(gold_sql, {record.table: view})
+    return reading_from(gold_sql, {record.table: less_source_records(record.table, source, record.group, originals)})
