@@ -9,6 +9,7 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.context import SpawnContext, SpawnProcess
@@ -61,18 +62,22 @@ class _ProcessWithEnvironment(SpawnProcess):
             super().start()
 
 
+_ENVIRONMENT_LOCK = threading.Lock()  # the environment is the process's: two pools starting at once take turns
+
+
 @contextlib.contextmanager
 def _environment(values: dict[str, str]) -> Iterator[None]:
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with _ENVIRONMENT_LOCK:
+        saved = {name: os.environ.get(name) for name in values}
+        os.environ.update(values)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def spawn_pool(workers: int, initializer: Callable[..., None], initargs: tuple) -> ProcessPoolExecutor:

@@ -57,4 +57,5 @@ def test_an_evidence_read_as_a_set_keeps_its_rows_and_a_limited_query_keeps_its_
     assert synthetic_source.sql(differ.format(unsorted, sorted_sql)).fetchall() == [(0,)]
     assert synthetic_source.sql(differ.format(sorted_sql, unsorted)).fetchall() == [(0,)]
     last = "SELECT stay_id FROM chartevents ORDER BY charttime DESC LIMIT 1"
-    assert as_a_set(last) == last
+    first_per_stay = "SELECT DISTINCT ON (stay_id) stay_id, valuenum FROM chartevents ORDER BY stay_id, charttime"
+    assert as_a_set(last) == last and as_a_set(first_per_stay) == first_per_stay

@@ -102,9 +102,6 @@ _WORKER: dict[str, Any] = {}
 
 def _init_worker(release_dir: Path, db: Path, isolate: bool) -> None:
     from pipeline.env.release import Release
-    from pipeline.workers import die_with_parent
-
-    die_with_parent()
 
     _WORKER.update(release=Release.open(release_dir, db, isolate=isolate), agents={})
 
@@ -160,8 +157,8 @@ def parallel_safe(name: str, options: dict[str, Any]) -> bool:
 
 @contextmanager
 def worker_pool(config: EvalConfig) -> Iterator[ProcessPoolExecutor | None]:
-    """A pool of config.workers spawn-started processes (`spawn_pool`: no forked DuckDB connections, a share of the
-    cores each, none outliving the evaluation), or None for one worker."""
+    """A pool of config.workers spawn-started processes (`spawn_pool`: no forked DuckDB connections, polars' threads
+    shared out, none outliving the evaluation), or None for one worker."""
     if config.workers < 2:
         yield None
         return

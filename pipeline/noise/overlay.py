@@ -260,6 +260,7 @@ def less_source_records(table: str, source: str, record: list[str], rows: list[d
     columns that make one record): the conflicting records read by their added rows alone. Only those records'
     rows are compared (a multiset difference over the whole table hashed all of labevents, 50 s a pair at 100,000
     patients); a row outside them cannot equal a source row inside them."""
+    # a column an added row leaves out is NULL in the overlay, and so in its record (`IN` compares tuples NULL-safe)
     tuples = ", ".join("(" + ", ".join(sql_literal(row.get(c)) for c in record) + ")" for row in rows)
     within = f"({', '.join(record)}) IN ({tuples})"
     return (
