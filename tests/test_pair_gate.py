@@ -66,3 +66,27 @@ def test_the_overlays_suite_fails_a_release_with_one_unfit_patch(synthetic_sourc
     suite = load_suite_json(SUITES / "overlays.json")
     assert validate_batches(suite, [frame.head(1)]).success
     assert not validate_batches(suite, [frame]).success
+
+
+def test_a_gate_report_fingerprints_equal_frames_alike_whatever_cells_share_one_object():
+    """GX fingerprints a frame with dict cells by pickling it, and pickle writes a cell that is the same object as an
+    earlier one as a back-reference: two equal task frames, one sharing an answer format between rows, were reported
+    with different fingerprints (a rebuild's gates.json, and so its manifest, changed). The report hashes the JSON."""
+    import json
+
+    import pandas as pd
+
+    shared = {"type": "number", "unit": "mg/dL"}
+    suite = {
+        "name": "pairs.tasks",
+        "expectations": [{"type": "expect_column_to_exist", "kwargs": {"column": "format"}}],
+    }
+    one_object = pd.DataFrame({"task_id": ["a", "b"], "format": [shared, shared]})
+    two_objects = pd.DataFrame({"task_id": ["a", "b"], "format": [dict(shared), dict(shared)]})
+    reports = [validate_batches(suite, [frame]) for frame in (one_object, two_objects)]
+    assert all(report.success for report in reports)
+    markers = [report.gx_results[0]["meta"]["batch_markers"] for report in reports]
+    assert markers[0] == markers[1] and set(markers[0]) == {"pandas_data_fingerprint"}
+    assert json.dumps(reports[0].gx_results, sort_keys=True) == json.dumps(reports[1].gx_results, sort_keys=True)
+    different = validate_batches(suite, [two_objects.assign(task_id=["a", "c"])])
+    assert different.gx_results[0]["meta"]["batch_markers"] != markers[0]
