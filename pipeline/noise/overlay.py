@@ -332,7 +332,7 @@ def _touched_anchor_values(
     for column, moves in table_patch.renumber.items():
         # the rows that move, and the rows whose id a moved row takes: a filter on the source's ids, which the
         # Parquet scan prunes by (renumbering the whole table first read all of labevents: 10 s at 100,000 patients)
-        ids = pl.Series(column, [*moves, *moves.values()], schema[column]).unique()
+        ids = pl.Series(column, [*moves, *moves.values()], schema[column])
         touched.append(source.filter(_among(ids)).select(anchor))
     if hidden is not None:
         candidates = source.filter(*[_among(hidden[column]) for column in table_patch.key_columns])

@@ -63,6 +63,13 @@ class InstantiationReport(BaseModel):
     def agreement_rate(self) -> float:
         return self.agreed / self.compared if self.compared else 1.0
 
+    def take(self, template_id: str, kept: int, part: InstantiationReport) -> None:
+        """Count a template's draw (`kept` tasks; `part`, the report of that draw alone)."""
+        self.kept[template_id] = kept
+        self.dropped[template_id] = part.dropped.get(template_id, {})
+        self.compared += part.compared
+        self.agreed += part.agreed
+
 
 def _typed(value: Any, slot_type: str) -> Any:
     if slot_type == "datetime" and isinstance(value, str):
@@ -256,10 +263,7 @@ def instantiate(
     report, tasks = InstantiationReport(), []
     results = _per_template(con, templates, per_template, seed, workers, snapshot)
     for template, (kept, part) in zip(templates, results, strict=True):
-        report.kept[template.id] = len(kept)
-        report.dropped[template.id] = part.dropped.get(template.id, {})
-        report.compared += part.compared
-        report.agreed += part.agreed
+        report.take(template.id, len(kept), part)
         if len(kept) < per_template:
             report.shortfall[template.id] = per_template - len(kept)
         tasks.extend(kept)
@@ -321,10 +325,8 @@ def more_tasks(
     for template, (kept, part) in zip(
         templates, _per_template(con, templates, count, seed, workers, snapshot, own), strict=True
     ):
-        report.dropped[template.id] = part.dropped[template.id]
-        report.compared += part.compared
-        report.agreed += part.agreed
-        report.kept[template.id], drawn[template.id] = len(kept), kept
+        report.take(template.id, len(kept), part)
+        drawn[template.id] = kept
     return drawn
 
 
