@@ -59,3 +59,63 @@ def test_an_evidence_read_as_a_set_keeps_its_rows_and_a_limited_query_keeps_its_
     last = "SELECT stay_id FROM chartevents ORDER BY charttime DESC LIMIT 1"
     first_per_stay = "SELECT DISTINCT ON (stay_id) stay_id, valuenum FROM chartevents ORDER BY stay_id, charttime"
     assert as_a_set(last) == last and as_a_set(first_per_stay) == first_per_stay
+
+
+def test_a_guard_narrows_its_evidence_by_each_few_valued_key_column_and_finds_the_same_rows(synthetic_source):
+    """A patient's keys also filter column by column (an IN list the scan uses), where a column has few values and
+    no NULL; the rows found are exactly those the keys name, NULL parts matched null-safe."""
+    from pipeline.noise.guards import NARROWING, guarded_sql
+
+    stay, item = synthetic_source.sql(
+        "SELECT stay_id, itemid FROM chartevents GROUP BY ALL ORDER BY count(*) DESC, stay_id, itemid LIMIT 1"
+    ).fetchall()[0]
+    many = (
+        synthetic_source.sql(  # one stay and item, many times
+            f"SELECT stay_id, itemid, charttime FROM chartevents WHERE stay_id = {stay} AND itemid = {item} ORDER BY ALL"
+        )
+        .pl()
+        .to_dicts()
+    )
+    assert len(many) > NARROWING
+    with_null = [{**many[0], "charttime": None}, many[1]]
+    for chosen, narrowed in ((many, ["stay_id IN", "itemid IN"]), (with_null, ["stay_id IN", "itemid IN"])):
+        sql = guarded_sql("SELECT count(*) AS value FROM evidence", "chartevents", chosen, "FALSE")
+        where = sql.split("WHERE", 1)[1]
+        assert [part for part in narrowed if part in where] == narrowed and "charttime IN" not in where
+        found = synthetic_source.sql(sql).fetchall()[0][0]
+        assert found == sum(1 for key in chosen if key["charttime"] is not None)  # a NULL time names no charted row
+
+
+def test_a_cohort_in_duckdb_counts_and_draws_the_rows_the_sorted_frame_held(synthetic_source, population_task):
+    """A population evidence stays in DuckDB (`Cohort`): its size, null counts, values in order, patients and the rows
+    at drawn positions are those of the sorted frame the sub-types read before, so every draw picks the same rows."""
+    import numpy as np
+    import polars as pl
+
+    from pipeline.noise.cohort import drop_cohort, task_cohort
+    from pipeline.noise.rules import pick
+
+    table, columns, keys, cohort = task_cohort(synthetic_source, population_task)
+    frame = frame_by_key(synthetic_source, *evidence_table(synthetic_source, population_task)[::2])
+    try:
+        assert (table, keys, cohort.height) == ("chartevents", population_task.evidence_rows, frame.height)
+        assert columns == [c for c in population_task.evidence[0] if c != "table_name"]
+        positions = [frame.height - 1, 0, frame.height // 2]
+        assert cohort.rows_at(positions) == [frame.row(p, named=True) for p in positions]
+        assert cohort.values("valuenum").equals(frame["valuenum"]) and cohort.frame().equals(frame)
+        assert cohort.null_count("valueuom") == frame["valueuom"].null_count()
+        assert cohort.distinct("itemid") == set(frame["itemid"].to_list())
+        assert cohort.subject_sizes() == dict(frame.group_by("subject_id").len().iter_rows())
+        for seed in range(3):
+            subject = sorted(cohort.subject_sizes())[seed]
+            assert cohort.subject_rows(subject) == frame.filter(pl.col("subject_id") == subject).to_dicts()
+            chosen = pick(cohort, False, np.random.default_rng(seed))  # one patient's rows, in order
+            assert 0 < len(chosen) and {row["subject_id"] for row in chosen} <= set(frame["subject_id"].to_list())
+        high = cohort.filtered("valuenum > 100")
+        assert high.height == frame.filter(pl.col("valuenum") > 100).height < cohort.height
+        assert high.rows_at([0]) == [frame.filter(pl.col("valuenum") > 100).row(0, named=True)]
+        with pytest.raises(IndexError):
+            cohort.rows_at([frame.height])
+    finally:
+        drop_cohort(synthetic_source)
+    assert not synthetic_source.sql("SELECT 1 FROM duckdb_tables() WHERE temporary").fetchall()

@@ -20,11 +20,23 @@ from pipeline.templates.spec import Template
 AbstainRule = Callable[[pl.DataFrame], bool]
 
 
+NARROWING = 64  # a key column with at most this many distinct values also filters on its own (see `_key_match_sql`)
+
+
 def _key_match_sql(keys: Sequence[dict[str, Any]]) -> str:
-    """The rows with one of the keys; a key with a NULL part (a culture without an organism) matches null-safe."""
+    """The rows with one of the keys; a key with a NULL part (a culture without an organism) matches null-safe.
+    Each key column with few values, none NULL, also gets its own IN list: DuckDB evaluates a tuple IN list row by
+    row over the whole table (32.8 M chart rows for a patient's 257 blood pressures at 10,000 patients, 1.7 s),
+    while a column's IN list reaches the scan and skips the row groups without its values (0.02 s)."""
     columns = list(keys[0])
+    narrowing = [
+        f"{c} IN ({', '.join(values)})"
+        for c in columns
+        if None not in (found := {row[c] for row in keys})
+        and len(values := sorted({sql_literal(v) for v in found})) <= NARROWING
+    ]
     if any(row[c] is None for row in keys for c in columns):
-        return (
+        match = (
             "("
             + " OR ".join(
                 "(" + " AND ".join(f"{c} IS NOT DISTINCT FROM {sql_literal(row[c])}" for c in columns) + ")"
@@ -32,8 +44,10 @@ def _key_match_sql(keys: Sequence[dict[str, Any]]) -> str:
             )
             + ")"
         )
-    tuples = ", ".join("(" + ", ".join(sql_literal(row[c]) for c in columns) + ")" for row in keys)
-    return f"({', '.join(columns)}) IN ({tuples})"
+    else:
+        tuples = ", ".join("(" + ", ".join(sql_literal(row[c]) for c in columns) + ")" for row in keys)
+        match = f"({', '.join(columns)}) IN ({tuples})"
+    return " AND ".join([*narrowing, match])
 
 
 def _iso(value: Any) -> Any:

@@ -190,10 +190,14 @@ def _place_added(con: duckdb.DuckDBPyConnection, source: str, add_name: str, tab
     weights = _weights(table)
     near = _anchor_column(list(weights))
     score = " + ".join(f"{w} * (s.{c} IS NOT DISTINCT FROM a.{c})::INT" for c, w in weights.items())
+    # the best score, then the first row: one number per pair (the score above the rowid's bits), its maximum per
+    # added row found by a hash aggregate; a window sorted every pair (257 altered chart rows x their patient's
+    # 23,040 took 2.7 s at 10,000 patients, the aggregate 0.1 s)
+    best = f"({score})::BIGINT * {2**40} - s.rowid"
     con.execute(
         f"UPDATE {add_name} SET __pos = best.pos FROM ("
-        f"SELECT a.__sub AS sub, s.rowid AS pos FROM {add_name} a JOIN {source} s ON s.{near} = a.{near} "
-        f"QUALIFY row_number() OVER (PARTITION BY a.__sub ORDER BY {score} DESC, s.rowid) = 1"
+        f"SELECT a.__sub AS sub, arg_max(s.rowid, {best}) AS pos FROM {add_name} a JOIN {source} s "
+        f"ON s.{near} = a.{near} GROUP BY a.__sub"
         f") best WHERE best.sub = {add_name}.__sub"
     )
     con.execute(f"UPDATE {add_name} SET __pos = (SELECT coalesce(max(rowid), 0) + 1 FROM {source}) WHERE __pos IS NULL")

@@ -10,20 +10,23 @@ import datetime as dt
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from typing import Any
 
 import polars as pl
 import yaml
 
+from pipeline.db import source_fact
 from pipeline.noise.base import NoisyTwin, Rejected
-from pipeline.noise.evidence import evidence_table, frame_by_key, keyed_rows
+from pipeline.noise.cohort import Cohort, task_cohort
+from pipeline.noise.evidence import evidence_table
 from pipeline.noise.exclusion import excluding_python, excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.measurements import MeasurementTable, measurement_tables
 from pipeline.noise.patch import Patch, TablePatch
 from pipeline.templates.answers import AnswerValue
+from pipeline.templates.instantiate import CleanTask
 from pipeline.templates.programs import load_python_program
 
 MAX_ALTERED = 25  # population scope: at most this many of the cohort's rows (one subject's) are touched
@@ -75,9 +78,14 @@ class Rule:
 class Evidence:
     table: str
     key_columns: list[str]
-    keys: Sequence[dict[str, Any]]  # KeyRows for a large evidence
     facts: MeasurementTable | None  # None: not a measurement table
-    rows: pl.DataFrame  # one source row per key, sorted
+    rows: Cohort  # one source row per key, in DuckDB
+    task: CleanTask
+
+    @cached_property
+    def keys(self) -> Sequence[dict[str, Any]]:
+        """The evidence keys in Python (KeyRows for a large evidence): only a patient's guard reads them."""
+        return evidence_table(self.rows.con, self.task)[2]
 
     @property
     def measurement(self) -> MeasurementTable:
@@ -89,11 +97,10 @@ class Evidence:
 
 def table_evidence(con, task) -> Evidence:
     """The task's evidence rows, one source row per key."""
-    table, key_columns, keys = evidence_table(con, task)
-    rows = frame_by_key(con, table, keys)
-    if rows.height != len(keys):
-        raise Rejected("evidence_keys_not_unique" if rows.height > len(keys) else "evidence_not_clean")
-    return Evidence(table, key_columns, keys, measurement_tables().get(table), rows)
+    table, key_columns, keys, rows = task_cohort(con, task)
+    if rows.height != keys:
+        raise Rejected("evidence_keys_not_unique" if rows.height > keys else "evidence_not_clean")
+    return Evidence(table, key_columns, measurement_tables().get(table), rows, task)
 
 
 def is_patient(template) -> bool:
@@ -106,25 +113,25 @@ def fixes_unit(template) -> bool:
     return any(slot == "unit" or slot.endswith("_unit") for slot in template.spec.slots)
 
 
-def pick(rows: pl.DataFrame, patient: bool, rng) -> list[dict]:
+def pick(rows: Cohort, patient: bool, rng) -> list[dict]:
     """One evidence row for a patient question. For a population one, the cohort rows of one subject (the
     first, in random order, with at most MAX_ALTERED rows; else MAX_ALTERED rows of the first): touching a
     whole subject changes counts of patients or stays, not only means."""
     if patient:
-        return [rows.row(int(rng.integers(rows.height)), named=True)]
-    sizes = dict(rows.group_by("subject_id").len().iter_rows())
+        return rows.rows_at([int(rng.integers(rows.height))])
+    sizes = rows.subject_sizes()
     subjects = sorted(sizes)
     if len(subjects) < 2:
         raise Rejected("cohort_of_one_subject")
     by_subject = [subjects[i] for i in rng.permutation(len(subjects))]
     subject = next((s for s in by_subject if sizes[s] <= MAX_ALTERED), by_subject[0])
-    chosen = rows.filter(pl.col("subject_id") == subject).to_dicts()  # in the rows' order
+    chosen = rows.subject_rows(subject)  # in the rows' order
     if len(chosen) > MAX_ALTERED:
         chosen = [chosen[i] for i in sorted(rng.choice(len(chosen), MAX_ALTERED, replace=False))]
     return chosen
 
 
-def left_out_a_few(chosen: list[dict], rows: pl.DataFrame) -> None:
+def left_out_a_few(chosen: list[dict], rows: Cohort) -> None:
     """Rejected when a population repair would leave a third or more of the cohort's rows out: too little is left
     to answer from, and abstaining is as defensible (blind audit 31: a mean severity over 5 admissions, 4 of them
     conflicting, repaired to the one left)."""
@@ -144,8 +151,7 @@ def alteration(ev: Evidence, before: list[dict], after: list[dict]) -> Patch:
 
 def flagged_on_source(con, ev: Evidence, rule: Rule) -> bool:
     """Whether the rule already fires on an evidence row in the clean source (then the task cannot serve)."""
-    with keyed_rows(con, ev.table, ev.keys) as rows:
-        return bool(con.sql(f"SELECT 1 FROM ({rows()}) {ev.table} WHERE ({rule.sql}) LIMIT 1").fetchall())
+    return bool(con.sql(f"SELECT 1 FROM ({ev.rows.sql()}) {ev.table} WHERE ({rule.sql}) LIMIT 1").fetchall())
 
 
 def _table_guarded_python(template, gold, ev: Evidence, rule: Rule):
@@ -186,7 +192,19 @@ TIME_STEPS = (3600, 60, 1)  # whole hours, minutes, seconds: the coarsest a colu
 
 
 def time_step(con, table: str, column: str) -> int:
-    """The coarsest grid (seconds: an hour, a minute, a second) that 99% of the column's real times sit on."""
+    """The coarsest grid (seconds: an hour, a minute, a second) that 99% of the column's real times sit on (a fact
+    of the source, read once per process: a scan of the whole column)."""
+    return source_fact(
+        con, ("time_step", table, column), lambda source: _time_step(con, qualified(source, table), column)
+    )
+
+
+def qualified(source: str, table: str) -> str:
+    """`table` in the source catalog (`source`: its prefix), unless it is qualified already."""
+    return table if "." in table else f"{source}{table}"
+
+
+def _time_step(con, table: str, column: str) -> int:
     aligned = ", ".join(f"avg((epoch({column})::BIGINT % {step} = 0)::INT)" for step in TIME_STEPS)
     shares = con.execute(f"SELECT {aligned} FROM {table} WHERE {column} IS NOT NULL").fetchall()[0]
     return next(

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.db import scalar
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected
+from pipeline.noise.cohort import drop_cohort
 from pipeline.noise.evidence import as_a_set, impossible_among, keyed_rows
 from pipeline.noise.measurements import has_plausible_ranges
 from pipeline.noise.overlay import overlay, overlay_diff, polars_overlay
@@ -94,6 +95,13 @@ def _check_references(
     con, tables: Tables, twin: NoisyTwin, template: Template, slots: dict, expected: AnswerValue | None, where: str
 ) -> AnswerValue:
     """Both reference programs must give `expected`; with None (a repair) they must agree on an answer."""
+    expected = _check_reference_sql(con, twin, template, expected, where)
+    _check_reference_python(tables, twin, template, slots, expected, where)
+    return expected
+
+
+def _check_reference_sql(con, twin: NoisyTwin, template: Template, expected: AnswerValue | None, where: str):
+    """The reference SQL's answer, which must be `expected` (None, a repair: any answer)."""
     sql_answer = _answer(lambda: con.sql(twin.reference_sql).pl(), template, f"reference_sql_error_{where}")
     if expected is None:
         if is_empty(sql_answer):
@@ -101,12 +109,15 @@ def _check_references(
         expected = sql_answer
     if not _same(sql_answer, expected, template):
         raise Rejected(f"reference_sql_differs_{where}")
+    return expected
+
+
+def _check_reference_python(tables: Tables, twin: NoisyTwin, template: Template, slots: dict, expected, where: str):
     python_answer = _answer(
         lambda: twin.reference_python(tables, dict(slots)), template, f"reference_python_error_{where}"
     )
     if not _same(python_answer, expected, template):
         raise Rejected(f"reference_python_differs_{where}")
-    return expected
 
 
 def _naive_answer(con, template: Template, slots: dict) -> AnswerValue | None:
@@ -191,21 +202,25 @@ def verify_pair(
     )
     if not evidence_possible and impossible_evidence(con, task):
         raise Rejected("clean_evidence_impossible")  # the clean record needs mending before it answers
-    twin = subtype.make(con, task, template, rng)
+    try:
+        twin = subtype.make(con, task, template, rng)
+    finally:
+        drop_cohort(con)  # the evidence rows it drew from
     question = render(template.spec.questions[task.phrasing], {**task.slots, **twin.patch.slots}).strip()
     if len(REVEALING.findall(question)) > len(REVEALING.findall(task.question)):
         raise Rejected("question_reveals_noise")
     slots = typed_slots(template, {**task.slots, **twin.patch.slots})
     tables = tables_for(tables, template, slots)  # patient questions: that patient's rows only
-    if twin.patch.tables:  # the guarded reference must give the clean answer on the clean data
-        _check_references(con, tables, twin, template, slots, task.answer, "on_clean")
     matched = _matched_rows(con, twin.patch)
-    # the cheap checks first: a rejection spends no query it does not need; the overlay's own check comes last
+    # the cheap checks first: a rejection spends no query it does not need (most candidates that fail, fail at
+    # `_check_changed`, before the reference programs' polars side and their run on the clean data); the
+    # overlay's own check comes last
     with overlay(con, twin.patch, ordered=False):  # no whole-table sort; each patient's rows in record order
-        noisy_tables = polars_overlay(tables, twin.patch, ordered=False)
-        expected = _check_references(con, noisy_tables, twin, template, slots, twin.expected, "on_noisy")
+        expected = _check_reference_sql(con, twin, template, twin.expected, "on_noisy")
         naive = _naive_answer(con, template, slots)
         _check_changed(subtype, twin.contract, naive, expected, template)
+        noisy_tables = polars_overlay(tables, twin.patch, ordered=False)
+        _check_reference_python(noisy_tables, twin, template, slots, expected, "on_noisy")
         check_recovery(con, Case(template, slots, twin.patch, twin.contract, expected, naive))  # careful analyst
         accepted = _accepted(con, twin, template, task.answer, expected)
         if naive is not None and any(_reads_alike(naive, other, template) for other in accepted):
@@ -216,6 +231,8 @@ def verify_pair(
             raise Rejected("naive_within_accepted_range")
         _check_not_the_truth(twin.contract, naive, task.answer, template)
         _check_diff(con, twin.patch, matched)
+    if twin.patch.tables:  # the guarded reference must give the clean answer on the clean data
+        _check_references(con, tables, twin, template, slots, task.answer, "on_clean")
     trap = naive is not None and not is_empty(naive) and not _reads_alike(naive, expected, template)
     return NoisePair(
         pair_id=f"{task.task_id}-{subtype.name}",

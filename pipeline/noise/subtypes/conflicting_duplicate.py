@@ -16,6 +16,7 @@ import polars as pl
 
 from pipeline.noise.base import NoiseSubtype, Rejected, register
 from pipeline.noise.code_fit import fitting_codes, sex_ranges
+from pipeline.noise.cohort import Cohort
 from pipeline.noise.exclusion import reading_from
 from pipeline.noise.fresh_ids import fresh_ids
 from pipeline.noise.id_order import ID_ORDER, in_id_order
@@ -88,11 +89,11 @@ def record_of(table: str | None, gold_sql: str) -> Record | None:
     )
 
 
-def conflict_rule(record: Record, rows: pl.DataFrame) -> Rule:
+def conflict_rule(record: Record, rows: Cohort) -> Rule:
     """True for a row whose record (group) holds more than one distinct value (a measurement: of the evidence's
     items)."""
     columns, value = ", ".join(record.group), record.value
-    items = sorted(set(rows[record.item].to_list())) if record.item else []
+    items = sorted(rows.distinct(record.item)) if record.item else []
     where = f" WHERE {record.item} IN ({', '.join(sql_literal(i) for i in items)})" if items else ""
     sql = (
         f"({columns}) IN (SELECT {columns} FROM {record.table}{where} GROUP BY ALL HAVING count(DISTINCT {value}) > 1)"
@@ -375,14 +376,14 @@ class ConflictingDuplicate(NoiseSubtype):
         record = record_of(ev.table, task.gold_sql)
         if record is None:
             raise Rejected("no_duplicate_rule")
-        if ev.rows[record.value].null_count():
+        if ev.rows.null_count(record.value):
             raise Rejected("evidence_not_clean")
         rule = conflict_rule(record, ev.rows)
         if flagged_on_source(con, ev, rule):
             raise Rejected("evidence_already_conflicting")
         originals = pick(ev.rows, is_patient(template), rng)
         flag = record.value.endswith("_flag")
-        centre = None if is_patient(template) or flag else cohort_centre(ev.rows[record.value])
+        centre = None if is_patient(template) or flag else cohort_centre(ev.rows.values(record.value))
         if centre is not None:  # the subject's rows a copy toward the centre can conflict with
             originals = [row for row in originals if not min(centre) <= row[record.value] <= max(centre)]
             if not originals:

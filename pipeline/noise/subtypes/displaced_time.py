@@ -30,7 +30,7 @@ from importlib import resources
 import sqlglot
 import yaml
 
-from pipeline.db import database_path, scalar
+from pipeline.db import scalar, source_fact
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
 from pipeline.noise.encounters import (
     lead_of,
@@ -45,6 +45,7 @@ from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.id_order import in_id_order
 from pipeline.noise.overlay import overlay
 from pipeline.noise.patch import Patch, TablePatch
+from pipeline.noise.rules import qualified, time_step
 from pipeline.noise.siblings import ends_before_start, sibling_patch, witnessed
 from pipeline.source.schema import load_schema
 from pipeline.templates.answers import AnswerValue, canonical_answer, is_empty
@@ -53,7 +54,7 @@ from pipeline.templates.programs import load_python_program, run_sql
 from pipeline.templates.spec import AnswerType
 
 MAX_DISPLACED = 3  # population scope: how many evidence rows move
-HOUR, MINUTE, SECOND = dt.timedelta(hours=1), dt.timedelta(minutes=1), dt.timedelta(seconds=1)
+HOUR, SECOND = dt.timedelta(hours=1), dt.timedelta(seconds=1)
 
 
 @cache
@@ -154,7 +155,6 @@ class DisplacedTime(NoiseSubtype):
 
 
 HABIT_RATE = 1 / 1000  # a table whose rows lie outside their encounters more often dates them so by habit
-_TABLE_HABIT: dict[tuple, bool] = {}  # (database file, table, encounter, time, lead): dated outside by habit
 
 
 def _outside_by_habit(con, table: str, enc, time: str, lead: int, subjects: set) -> str | None:
@@ -165,15 +165,13 @@ def _outside_by_habit(con, table: str, enc, time: str, lead: int, subjects: set)
     as recorded, since untouched procedures lie weeks after discharge."""
     as_date = not load_schema()[table].column(time).ddl_type.startswith("TIMESTAMP")
     outside = outside_sql(enc, "t", time, as_date, lead)
-    key = (database_path(con), table, enc.table, time, lead)  # an in-memory database (no file) is never cached
-    habit = _TABLE_HABIT.get(key)
-    if habit is None:  # a property of the source table: one scan per build process, not per candidate
-        sql = f"SELECT count(*) FILTER (WHERE {outside}), count(*) FROM {table} t"
+
+    def table_habit(source: str) -> bool:  # a fact of the source table: one scan per process, not per candidate
+        sql = f"SELECT count(*) FILTER (WHERE {outside}), count(*) FROM {qualified(source, table)} t"
         ((anywhere, rows),) = con.execute(sql).fetchall()
-        habit = anywhere > rows * HABIT_RATE
-        if key[0]:
-            _TABLE_HABIT[key] = habit
-    if habit:
+        return anywhere > rows * HABIT_RATE
+
+    if source_fact(con, ("outside_by_habit", table, enc.table, time, lead), table_habit):
         return "table_times_rows_outside_encounters"
     listed = ", ".join("?" for _ in subjects)
     sql = f"SELECT count(*) FROM {table} t WHERE t.subject_id IN ({listed}) AND {outside}"
@@ -190,15 +188,11 @@ def moved_columns(table: str, gold_sql: str) -> list[str]:
 
 
 def granularity(con, table: str, column: str) -> dt.timedelta | None:
-    """The unit real values of the column are recorded in: an hour when (nearly, 99%) all fall on the hour, a
-    minute when on the minute, else a second; None for a date column."""
+    """The unit real values of the column are recorded in (`time_step`: an hour, a minute or a second); None for
+    a date column."""
     if not load_schema()[table].column(column).ddl_type.startswith("TIMESTAMP"):
         return None
-    ((odd_minutes, odd_seconds, total),) = con.execute(
-        f"SELECT count(*) FILTER (WHERE minute({column}) <> 0 OR second({column}) <> 0), count(*) FILTER (WHERE "
-        f"second({column}) <> 0), count(*) FROM {table} WHERE {column} IS NOT NULL"
-    ).fetchall()
-    return HOUR if odd_minutes <= total / 100 else MINUTE if odd_seconds <= total / 100 else SECOND
+    return dt.timedelta(seconds=time_step(con, table, column))
 
 
 def _keys(rows: list[dict], columns: list[str]) -> list[dict]:

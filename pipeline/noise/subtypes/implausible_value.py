@@ -12,7 +12,8 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
-from pipeline.noise.evidence import evidence_table, frame_by_key
+from pipeline.noise.cohort import task_cohort
+from pipeline.noise.evidence import evidence_table
 from pipeline.noise.exclusion import excluding_python, excluding_sql
 from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.measurements import (
@@ -27,6 +28,7 @@ from pipeline.noise.patch import Patch, TablePatch
 from pipeline.noise.siblings import kept_elsewhere
 from pipeline.templates.answers import AnswerValue
 from pipeline.templates.programs import load_python_program
+from pipeline.templates.render import sql_literal
 
 MAX_ALTERED = 3  # population level: how many of the cohort's measurements become impossible
 SLIPS = (10, 100, 1000)  # a decimal point moved one to three places: what a careful analyst undoes
@@ -64,29 +66,28 @@ class ImplausibleValue(NoiseSubtype):
     # 2: a decimal slip at the item's real precision, not a round multiple of the bound
 
     def make(self, con, task, template, rng):
-        table, key_columns, keys = evidence_table(con, task)
+        table, key_columns, count, cohort = task_cohort(con, task)
         facts, ranges = measurement_tables().get(table), plausible_ranges().get(table, {})
         if facts is None:
             raise Rejected("not_a_measurement_table")
-        rows = frame_by_key(con, table, keys).filter(
-            pl.col(facts.number).is_not_null() & pl.col(facts.item).is_in(list(ranges))
-        )
-        if rows.is_empty():
+        listed = ", ".join(sql_literal(item) for item in ranges)
+        rows = cohort.filtered(f"{facts.number} IS NOT NULL AND {facts.item} IN ({listed})") if ranges else None
+        if rows is None or rows.is_empty():
             raise Rejected("no_plausibility_range")
         patient = template.spec.scope.value == "patient"
-        if patient and rows.height != len(keys):
+        if patient and rows.height != count:
             raise Rejected("evidence_not_clean")
         picked = (
             range(rows.height)
             if patient
             else sorted(rng.choice(rows.height, min(MAX_ALTERED, max(1, rows.height // 2)), replace=False))
         )
-        chosen = [rows.row(int(i), named=True) for i in picked]
+        chosen = rows.rows_at(picked)
         kept_elsewhere(con, table, chosen)  # an ICU lab in chartevents, an anion gap its electrolytes compute
         altered = [self._impossible(con, row, facts, ranges[row[facts.item]], rng) for row in chosen]
         hide = [{c: row[c] for c in key_columns} for row in chosen]
         patch = Patch(tables={table: TablePatch(key_columns=key_columns, hide=hide, add=altered)})
-        items = {item: ranges[item] for item in rows[facts.item].unique(maintain_order=True).to_list()}
+        items = {item: ranges[item] for item in sorted(rows.distinct(facts.item))}
         rule_sql, rule_expr, gold = (
             impossible_sql(facts, items),
             impossible_expr(facts, items),
@@ -94,6 +95,7 @@ class ImplausibleValue(NoiseSubtype):
         )
         summarises = template.spec.answer.summarises_readings
         if patient:
+            keys = evidence_table(con, task)[2]  # the guard names them
             return NoisyTwin(
                 patch,
                 "abstain",

@@ -15,6 +15,7 @@ lets one compute (siblings.yaml `derivations`: an anion gap from the specimen's 
 
 from __future__ import annotations
 
+from pipeline.db import source_fact
 from pipeline.noise.base import NoiseSubtype, NoisyTwin, Rejected, register
 from pipeline.noise.evidence import evidence_table, rows_by_key
 from pipeline.noise.guards import guarded_python, guarded_sql
@@ -105,7 +106,11 @@ def units_of(table: str, columns: list[str]) -> dict[str, str]:
 
 def unit_without_number(con, table: str, number: str, unit: str) -> bool:
     """Rows of the source table without a number carry a unit often enough (1 in 100) for another to pass unseen
-    (demo labs: 4,218 of 9,588; infusion totals: 2 of 3,314; charts: none)."""
-    sql = f"SELECT count(*) FILTER (WHERE {unit} IS NOT NULL), count(*) FROM {table} WHERE {number} IS NULL"
-    ((with_unit, numberless),) = con.execute(sql).fetchall()
-    return with_unit * 100 >= numberless > 0
+    (demo labs: 4,218 of 9,588; infusion totals: 2 of 3,314; charts: none). A fact of the source, read once."""
+
+    def often(source: str) -> bool:
+        sql = f"SELECT count(*) FILTER (WHERE {unit} IS NOT NULL), count(*) FROM {source}{table} WHERE {number} IS NULL"
+        ((with_unit, numberless),) = con.execute(sql).fetchall()
+        return with_unit * 100 >= numberless > 0
+
+    return source_fact(con, ("unit_without_number", table, number, unit), often)

@@ -93,7 +93,7 @@ class PlaceholderValue(NoiseSubtype):
         if columns is None:
             raise Rejected("no_text_value_column")
         text, number = columns
-        if ev.rows[text].null_count() or (number and ev.rows[number].null_count()):
+        if ev.rows.null_count(text) or (number and ev.rows.null_count(number)):
             raise Rejected("evidence_not_clean")
         rule = placeholder_rule(text, number)
         if flagged_on_source(con, ev, rule):

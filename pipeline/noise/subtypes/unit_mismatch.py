@@ -278,12 +278,14 @@ def re_expressed_twin(con, task, template, ev: Evidence, units: Units, expected:
     if conversions and not spelled:
         raise Rejected("unit_unknown_to_column")  # a unit no real row writes gives the row away
     conversions = {item: replace(conversions[item], unit=spelt) for item, spelt in spelled.items()}
-    servable = ev.rows.filter(pl.col(units.item).is_in(list(conversions)))
+    if not conversions:
+        raise Rejected("no_convertible_unit")
+    servable = ev.rows.filtered(f"{units.item} IN ({', '.join(sql_literal(item) for item in conversions)})")
     if servable.is_empty():
         raise Rejected("no_convertible_unit")
     tolerance = template.spec.answer.tolerance
     if is_patient(template):
-        row, changed = first_convertible(con, units, servable, conversions, tolerance, rng)
+        row, changed = first_convertible(con, units, servable.frame(), conversions, tolerance, rng)
         chosen, altered = [row], [changed]
     else:
         chosen, altered = _convertible_rows(con, units, pick(servable, False, rng), conversions, tolerance)
@@ -323,9 +325,9 @@ class UnitMismatch(NoiseSubtype):
         units = units_of(ev.table)
         if units is None:
             raise Rejected("no_unit_column")
-        if ev.rows[units.value].null_count():
+        if ev.rows.null_count(units.value):
             raise Rejected("evidence_not_clean")
-        expected = expected_units(con, units, set(ev.rows[units.item].to_list()))
+        expected = expected_units(con, units, ev.rows.distinct(units.item))
         if not expected:  # the items carry no unit at all
             raise Rejected("no_convertible_unit")
         rule = wrong_unit_rule(units, expected)
