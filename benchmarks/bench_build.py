@@ -25,6 +25,7 @@ from pipeline import stages
 from pipeline.build import BuildConfig
 from pipeline.source.snapshot import ensure_snapshot
 from pipeline.stage_table import STAGE_TABLE
+from pipeline.workers import WORKER_MEMORY
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "build.json"
 
@@ -162,7 +163,9 @@ def main() -> None:
         "snapshot_mib": round(sum(p.stat().st_size for p in snapshot.iterdir()) / 2**20),
         "snapshot_seconds": round(snapshot_seconds, 1),
         "per_template": args.per_template,
-        "duckdb_memory_limit": os.environ.get("EHRGYM_DUCKDB_MEMORY", "DuckDB's default (80% of RAM)"),
+        "duckdb_memory_limit": os.environ.get(
+            "EHRGYM_DUCKDB_MEMORY", f"DuckDB's default (80% of RAM) in this process, {WORKER_MEMORY} in each worker"
+        ),
         "cpus": os.cpu_count(),
         "runs": runs,
         "same_release_for_every_worker_count": len({run["release_digest"] for run in runs}) == 1,

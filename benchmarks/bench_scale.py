@@ -25,6 +25,7 @@ from bench_build import one_build
 from pipeline.db import open_source
 from pipeline.source.schema import TABLE_NAMES
 from pipeline.source.snapshot import ensure_snapshot
+from pipeline.workers import WORKER_MEMORY
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +77,9 @@ def main() -> None:
         "snapshot_mib": round(sum(p.stat().st_size for p in snapshot.iterdir()) / 2**20),
         "snapshot_seconds": round(snapshot_seconds, 1),
         "per_template": args.per_template,
-        "duckdb_memory_limit": os.environ.get("EHRGYM_DUCKDB_MEMORY", "DuckDB's default (80% of RAM)"),
+        "duckdb_memory_limit": os.environ.get(
+            "EHRGYM_DUCKDB_MEMORY", f"DuckDB's default (80% of RAM) in this process, {WORKER_MEMORY} in each worker"
+        ),
         "cpus": os.cpu_count(),
         "build": build,
         "command": f"python benchmarks/bench_scale.py --patients {args.patients} --per-template {args.per_template} "

@@ -29,14 +29,21 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def worker_threads(workers: int) -> dict[str, str]:
-    """Each worker's share of the cores for polars' and DuckDB's thread pools; with one worker, nothing is capped.
-    N workers each running a pool as wide as the machine ran 2 workers slower than 1 (424 s vs 360 s at 10K
-    patients); capped to a core each, 257 s. A setting already in the environment is the user's and is kept."""
+WORKER_MEMORY = "2GB"  # a worker's DuckDB memory limit (EHRGYM_DUCKDB_MEMORY), unless the user set one
+
+
+def worker_environment(workers: int) -> dict[str, str]:
+    """What each worker starts with: its share of the cores for polars' and DuckDB's thread pools (a lone worker's
+    pools are not capped) and DuckDB's memory limit. N workers each running a pool as wide as the machine ran 2 workers
+    slower than 1 (424 s vs 360 s at 10K patients); capped to a core each, 257 s. DuckDB's own default limit is 80%
+    of the machine per connection, and its buffer pool keeps what it read up to the limit: a worker's peak is that
+    limit plus about 0.4 GB (100,000 patients: 2.35 GB at 2 GB, 3.3 GB at 3 GB). A setting already in the
+    environment is the user's and is kept."""
+    memory = {"EHRGYM_DUCKDB_MEMORY": os.environ.get("EHRGYM_DUCKDB_MEMORY", WORKER_MEMORY)}
     if workers <= 1:
-        return {}
+        return memory
     share = str(max(1, usable_cores() // workers))
-    return {name: os.environ.get(name, share) for name in THREAD_SETTINGS}
+    return {**memory, **{name: os.environ.get(name, share) for name in THREAD_SETTINGS}}
 
 
 class _SpawnWithEnvironment(SpawnContext):
@@ -82,10 +89,11 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 def spawn_pool(workers: int, initializer: Callable[..., None], initargs: tuple) -> ProcessPoolExecutor:
     """A pool of `workers` spawn-started processes (no fork of a process holding DuckDB threads), each with its
-    share of the cores (`worker_threads`), which dies with its parent and then runs `initializer(*initargs)`."""
+    share of the cores and its memory limit (`worker_environment`), which dies with its parent and then runs
+    `initializer(*initargs)`."""
     return ProcessPoolExecutor(
         workers,
-        mp_context=_SpawnWithEnvironment(worker_threads(workers)),
+        mp_context=_SpawnWithEnvironment(worker_environment(workers)),
         initializer=_start,
         initargs=(initializer, initargs),
     )

@@ -392,29 +392,47 @@ def _record_thread_pools(db: str) -> None:
 
     with open_source(db) as con:
         _THREADS["at_start"] = polars.thread_pool_size(), int(scalar(con, "SELECT current_setting('threads')"))
+        _THREADS["memory"] = scalar(con, "SELECT current_setting('memory_limit')")
 
 
 def _recorded_thread_pools() -> tuple[int, int]:
     return _THREADS["at_start"]
 
 
+def _recorded_memory_limit() -> str:
+    return _THREADS["memory"]
+
+
+def _memory_limit_of(setting: str) -> str:
+    """How DuckDB reports a memory limit set to `setting`."""
+    import duckdb
+
+    with duckdb.connect() as con:
+        con.execute("SET memory_limit = ?", [setting])
+        return con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+
+
 def test_pool_workers_share_the_cores_and_the_parent_keeps_its_environment(synthetic_db: Path, monkeypatch):
     """Two workers each as wide as the machine oversubscribe it (slower than one worker); each gets its share of the
-    cores for polars and DuckDB, a setting the user made is kept, and the parent's environment is as it was."""
-    from pipeline.workers import THREAD_SETTINGS, spawn_pool, usable_cores
+    cores for polars and DuckDB and a DuckDB memory limit (not DuckDB's 80% of the machine per worker), a setting
+    the user made is kept, and the parent's environment is as it was."""
+    from pipeline.workers import THREAD_SETTINGS, WORKER_MEMORY, spawn_pool, usable_cores
 
     if usable_cores() < 2:
         pytest.skip("one usable core: a worker's share is the whole machine, nothing to tell apart")
-    for name in THREAD_SETTINGS:
+    for name in (*THREAD_SETTINGS, "EHRGYM_DUCKDB_MEMORY"):
         monkeypatch.delenv(name, raising=False)
     share = max(1, usable_cores() // 2)
     with spawn_pool(2, _record_thread_pools, (str(synthetic_db),)) as pool:
         assert {pool.submit(_recorded_thread_pools).result() for _ in range(4)} == {(share, share)}
-    assert not any(name in os.environ for name in THREAD_SETTINGS)
+        assert pool.submit(_recorded_memory_limit).result() == _memory_limit_of(WORKER_MEMORY)
+    assert not any(name in os.environ for name in (*THREAD_SETTINGS, "EHRGYM_DUCKDB_MEMORY"))
 
     monkeypatch.setenv("POLARS_MAX_THREADS", "3")
+    monkeypatch.setenv("EHRGYM_DUCKDB_MEMORY", "700MB")
     with spawn_pool(2, _record_thread_pools, (str(synthetic_db),)) as pool:
         assert pool.submit(_recorded_thread_pools).result() == (3, share)
+        assert pool.submit(_recorded_memory_limit).result() == _memory_limit_of("700MB") != _memory_limit_of("2GB")
     assert os.environ["POLARS_MAX_THREADS"] == "3" and "EHRGYM_DUCKDB_THREADS" not in os.environ
 
 

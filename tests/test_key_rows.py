@@ -102,6 +102,7 @@ def test_a_cohort_in_duckdb_counts_and_draws_the_rows_the_sorted_frame_held(synt
         assert columns == [c for c in population_task.evidence[0] if c != "table_name"]
         positions = [frame.height - 1, 0, frame.height // 2]
         assert cohort.rows_at(positions) == [frame.row(p, named=True) for p in positions]
+        assert cohort.rows_at(range(60)) == frame.head(60).to_dicts()  # several patients' rows, each sorted once
         assert cohort.values("valuenum").equals(frame["valuenum"]) and cohort.frame().equals(frame)
         assert cohort.null_count("valueuom") == frame["valueuom"].null_count()
         assert cohort.distinct("itemid") == set(frame["itemid"].to_list())
@@ -119,3 +120,23 @@ def test_a_cohort_in_duckdb_counts_and_draws_the_rows_the_sorted_frame_held(synt
     finally:
         drop_cohort(synthetic_source)
     assert not synthetic_source.sql("SELECT 1 FROM duckdb_tables() WHERE temporary").fetchall()
+
+
+def test_a_lab_cohort_finds_rows_at_positions_by_its_row_ids(synthetic_source):
+    """A lab table's first column is each row's own id, so a position's group is one row: the rows at drawn
+    positions and a patient's every row are still those of the sorted frame, read in one query."""
+    from pipeline.noise.cohort import ROWS, Cohort, drop_cohort
+
+    item = synthetic_source.sql("SELECT itemid FROM labevents GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1").fetchall()
+    synthetic_source.execute(f"CREATE TEMP TABLE {ROWS} AS SELECT * FROM labevents WHERE itemid = {item[0][0]}")
+    try:
+        cohort, frame = (
+            Cohort(synthetic_source, "labevents"),
+            synthetic_source.sql(f"SELECT * FROM labevents WHERE itemid = {item[0][0]} ORDER BY ALL").pl(),
+        )
+        assert cohort.columns[0] == "labevent_id" and cohort.height == frame.height > 100
+        positions = [frame.height - 1, 7, 0, 7]
+        assert cohort.rows_at(positions) == [frame.row(p, named=True) for p in positions]
+        assert cohort.rows_at(range(frame.height)) == frame.to_dicts()
+    finally:
+        drop_cohort(synthetic_source)

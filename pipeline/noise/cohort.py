@@ -8,6 +8,7 @@ sorted frame had them, so every draw picks the rows it picked before.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
@@ -20,6 +21,7 @@ from pipeline.noise.base import Rejected
 from pipeline.noise.evidence import as_a_set, keyed_rows
 from pipeline.source.schema import load_schema
 from pipeline.templates.instantiate import CleanTask
+from pipeline.templates.render import sql_literal
 
 ROWS, KEYS = "__cohort", "__cohort_keys"  # temporary tables: one cohort per connection at a time, the latest
 
@@ -30,7 +32,7 @@ class Cohort:
     def __init__(self, con: duckdb.DuckDBPyConnection, table: str, where: str = "TRUE"):
         self.con, self.table, self.where = con, table, where
         self.columns = list(load_schema()[table].column_names)
-        self._order = ", ".join(self.columns)  # ORDER BY ALL, written out (a window cannot say ALL)
+        self._order = ", ".join(self.columns)  # ORDER BY ALL, written out
 
     def sql(self, columns: str = "*") -> str:
         """The rows (or `columns` of them) as a query."""
@@ -63,21 +65,37 @@ class Cohort:
         return self.con.sql(f"{self.sql()} ORDER BY {self._order}").pl()
 
     def rows_at(self, positions: Sequence[int]) -> list[dict[str, Any]]:
-        """The rows at these positions of the sorted rows, in the order given."""
+        """The rows at these positions of the sorted rows, in the order given. ORDER BY ALL sorts by the table's
+        first column first (a chart row's patient, a lab row's own id), so DuckDB finds the values of that column
+        whose rows hold the positions, and only their rows are sorted (three heart rates among 13.9 M: sorting
+        the whole cohort took 6.2 s)."""
         if not positions:
             return []
-        wanted = pl.DataFrame({"__n": [int(p) for p in positions]}, schema={"__n": pl.Int64})
-        numbered = f"SELECT *, row_number() OVER (ORDER BY {self._order}) - 1 AS __n FROM ({self.sql()})"
-        self.con.register("__cohort_positions", wanted.with_row_index("__at"))
+        first = self.columns[0]
+        wanted = pl.DataFrame({"__p": [int(p) for p in positions]}, schema={"__p": pl.Int64})
+        groups = (
+            f"SELECT {first} AS value, n, sum(n) OVER (ORDER BY {first} ROWS UNBOUNDED PRECEDING) - n AS start "
+            f"FROM ({self.sql(f'{first}, count(*) AS n')} GROUP BY {first})"
+        )
+        self.con.register("__cohort_positions", wanted)
         try:
-            found = self.con.sql(
-                f"SELECT r.* EXCLUDE (__n) FROM ({numbered}) r JOIN __cohort_positions p USING (__n) ORDER BY p.__at"
-            ).pl()
+            hits = self.con.execute(
+                f"SELECT DISTINCT g.value, g.n, g.start FROM ({groups}) g JOIN __cohort_positions p "
+                f"ON p.__p >= g.start AND p.__p < g.start + g.n ORDER BY g.start"
+            ).fetchall()
         finally:
             self.con.unregister("__cohort_positions")
-        if found.height != len(positions):
+        if sum(n for _, n, _ in hits) == 0 or any(not any(s <= p < s + n for _, n, s in hits) for p in positions):
             raise IndexError(f"positions {list(positions)} among {self.height} rows of the {self.table} cohort")
-        return found.to_dicts()
+        values = [value for value, _, _ in hits if value is not None]
+        among = [f"{first} IN ({', '.join(sql_literal(v) for v in values)})"] if values else []
+        among += [f"{first} IS NULL"] if len(values) < len(hits) else []
+        rows = self.con.sql(f"SELECT * FROM ({self.sql()}) WHERE {' OR '.join(among)} ORDER BY {self._order}").pl()
+        bases = list(itertools.accumulate((n for _, n, _ in hits), initial=0))
+        return [
+            rows.row(next(b + p - s for (_, n, s), b in zip(hits, bases, strict=False) if s <= p < s + n), named=True)
+            for p in positions
+        ]
 
     def subject_sizes(self) -> dict[Any, int]:
         """Rows per patient."""

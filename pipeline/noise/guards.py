@@ -47,7 +47,7 @@ def _key_match_sql(keys: Sequence[dict[str, Any]]) -> str:
     else:
         tuples = ", ".join("(" + ", ".join(sql_literal(row[c]) for c in columns) + ")" for row in keys)
         match = f"({', '.join(columns)}) IN ({tuples})"
-    return " AND ".join([*narrowing, match])
+    return "(" + " AND ".join([*narrowing, match]) + ")"
 
 
 def _iso(value: Any) -> Any:

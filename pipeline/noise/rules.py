@@ -194,8 +194,9 @@ TIME_STEPS = (3600, 60, 1)  # whole hours, minutes, seconds: the coarsest a colu
 def time_step(con, table: str, column: str) -> int:
     """The coarsest grid (seconds: an hour, a minute, a second) that 99% of the column's real times sit on (a fact
     of the source, read once per process: a scan of the whole column)."""
+    bare = table.rsplit(".", 1)[-1]  # the source's table, however it is named
     return source_fact(
-        con, ("time_step", table, column), lambda source: _time_step(con, qualified(source, table), column)
+        con, ("time_step", bare, column), lambda source: _time_step(con, qualified(source, bare), column)
     )
 
 

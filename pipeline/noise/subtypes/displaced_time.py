@@ -22,6 +22,7 @@ the encounter's end (outside the first 24 h), so a careless reading that drops i
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 from functools import cache
@@ -166,8 +167,10 @@ def _outside_by_habit(con, table: str, enc, time: str, lead: int, subjects: set)
     as_date = not load_schema()[table].column(time).ddl_type.startswith("TIMESTAMP")
     outside = outside_sql(enc, "t", time, as_date, lead)
 
-    def table_habit(source: str) -> bool:  # a fact of the source table: one scan per process, not per candidate
-        sql = f"SELECT count(*) FILTER (WHERE {outside}), count(*) FROM {qualified(source, table)} t"
+    def table_habit(source: str) -> bool:  # a fact of the source tables: one scan per process, not per candidate
+        encounter = dataclasses.replace(enc, table=qualified(source, enc.table))
+        anywhere_outside = outside_sql(encounter, "t", time, as_date, lead)
+        sql = f"SELECT count(*) FILTER (WHERE {anywhere_outside}), count(*) FROM {qualified(source, table)} t"
         ((anywhere, rows),) = con.execute(sql).fetchall()
         return anywhere > rows * HABIT_RATE
 
