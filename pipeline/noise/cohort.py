@@ -8,6 +8,7 @@ sorted frame had them, so every draw picks the rows it picked before.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Sequence
 from functools import cached_property
@@ -69,6 +70,8 @@ class Cohort:
         first column first (a chart row's patient, a lab row's own id), so DuckDB finds the values of that column
         whose rows hold the positions, and only their rows are sorted (three heart rates among 13.9 M: sorting
         the whole cohort took 6.2 s)."""
+        if any(not 0 <= p < self.height for p in positions):
+            raise IndexError(f"positions {list(positions)} among {self.height} rows of the {self.table} cohort")
         if not positions:
             return []
         first = self.columns[0]
@@ -85,17 +88,14 @@ class Cohort:
             ).fetchall()
         finally:
             self.con.unregister("__cohort_positions")
-        if sum(n for _, n, _ in hits) == 0 or any(not any(s <= p < s + n for _, n, s in hits) for p in positions):
-            raise IndexError(f"positions {list(positions)} among {self.height} rows of the {self.table} cohort")
         values = [value for value, _, _ in hits if value is not None]
         among = [f"{first} IN ({', '.join(sql_literal(v) for v in values)})"] if values else []
         among += [f"{first} IS NULL"] if len(values) < len(hits) else []
         rows = self.con.sql(f"SELECT * FROM ({self.sql()}) WHERE {' OR '.join(among)} ORDER BY {self._order}").pl()
-        bases = list(itertools.accumulate((n for _, n, _ in hits), initial=0))
-        return [
-            rows.row(next(b + p - s for (_, n, s), b in zip(hits, bases, strict=False) if s <= p < s + n), named=True)
-            for p in positions
-        ]
+        starts = [start for _, _, start in hits]  # where each group begins among all the rows
+        bases = list(itertools.accumulate((n for _, n, _ in hits), initial=0))  # and among `rows`
+        at = [bisect.bisect_right(starts, p) - 1 for p in positions]
+        return [rows.row(bases[g] + p - starts[g], named=True) for g, p in zip(at, positions, strict=True)]
 
     def subject_sizes(self) -> dict[Any, int]:
         """Rows per patient."""

@@ -195,14 +195,7 @@ def time_step(con, table: str, column: str) -> int:
     """The coarsest grid (seconds: an hour, a minute, a second) that 99% of the column's real times sit on (a fact
     of the source, read once per process: a scan of the whole column)."""
     bare = table.rsplit(".", 1)[-1]  # the source's table, however it is named
-    return source_fact(
-        con, ("time_step", bare, column), lambda source: _time_step(con, qualified(source, bare), column)
-    )
-
-
-def qualified(source: str, table: str) -> str:
-    """`table` in the source catalog (`source`: its prefix), unless it is qualified already."""
-    return table if "." in table else f"{source}{table}"
+    return source_fact(con, ("time_step", bare, column), lambda source: _time_step(con, f"{source}{bare}", column))
 
 
 def _time_step(con, table: str, column: str) -> int:

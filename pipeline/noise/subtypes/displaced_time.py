@@ -46,7 +46,7 @@ from pipeline.noise.guards import guarded_python, guarded_sql
 from pipeline.noise.id_order import in_id_order
 from pipeline.noise.overlay import overlay
 from pipeline.noise.patch import Patch, TablePatch
-from pipeline.noise.rules import qualified, time_step
+from pipeline.noise.rules import time_step
 from pipeline.noise.siblings import ends_before_start, sibling_patch, witnessed
 from pipeline.source.schema import load_schema
 from pipeline.templates.answers import AnswerValue, canonical_answer, is_empty
@@ -168,9 +168,9 @@ def _outside_by_habit(con, table: str, enc, time: str, lead: int, subjects: set)
     outside = outside_sql(enc, "t", time, as_date, lead)
 
     def table_habit(source: str) -> bool:  # a fact of the source tables: one scan per process, not per candidate
-        encounter = dataclasses.replace(enc, table=qualified(source, enc.table))
+        encounter = dataclasses.replace(enc, table=f"{source}{enc.table}")
         anywhere_outside = outside_sql(encounter, "t", time, as_date, lead)
-        sql = f"SELECT count(*) FILTER (WHERE {anywhere_outside}), count(*) FROM {qualified(source, table)} t"
+        sql = f"SELECT count(*) FILTER (WHERE {anywhere_outside}), count(*) FROM {source}{table} t"
         ((anywhere, rows),) = con.execute(sql).fetchall()
         return anywhere > rows * HABIT_RATE
 
